@@ -1,0 +1,66 @@
+//! The `capstan` command line.
+
+use std::process::{Command, Output};
+
+fn capstan(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_capstan"))
+        .args(args)
+        .output()
+        .expect("runs capstan")
+}
+
+#[test]
+fn crd_prints_every_crd_as_one_yaml_stream() {
+    let output = capstan(&["crd"]);
+    assert!(output.status.success());
+    let stdout = String::from_utf8(output.stdout).expect("utf-8");
+    let documents: Vec<&str> = stdout.split("\n---\n").collect();
+    assert_eq!(documents.len(), 5);
+    for (document, plural) in documents.iter().zip([
+        "applications",
+        "applicationsets",
+        "clusters",
+        "policysets",
+        "repositories",
+    ]) {
+        assert!(document.starts_with("apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\n"));
+        assert!(document.contains(&format!("name: {plural}.capstan.dev\n")), "{plural}");
+    }
+}
+
+#[test]
+fn version_prints_the_version() {
+    let output = capstan(&["version"]);
+    assert!(output.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        format!("capstan {}\n", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+#[test]
+fn run_accepts_the_design_flags_and_fails_until_the_controllers_exist() {
+    let output = capstan(&[
+        "run",
+        "--namespace",
+        "capstan-system",
+        "--controllers",
+        "application,repository",
+        "--metrics-addr",
+        "127.0.0.1:0",
+        "--webhook-addr",
+        "127.0.0.1:0",
+        "--reconcile-interval",
+        "30s",
+        "--log-format",
+        "json",
+    ]);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("the controllers are not built yet"));
+}
+
+#[test]
+fn run_rejects_an_unknown_log_format() {
+    let output = capstan(&["run", "--log-format", "xml"]);
+    assert_eq!(output.status.code(), Some(2));
+}
