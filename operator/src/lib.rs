@@ -2,6 +2,7 @@
 
 pub mod api;
 pub mod crdgen;
+pub mod engine;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
