@@ -3,6 +3,8 @@
 pub mod api;
 pub mod crdgen;
 pub mod engine;
+pub mod render;
+pub mod source;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 

@@ -2,4 +2,6 @@
 //! prune), health per kind, and status computation. Nothing here does I/O: no `kube::Client`, no
 //! processes, no git — everything is a function of its inputs, so it is tested from YAML fixtures alone.
 
+pub mod diff;
+pub mod health;
 pub mod object;

@@ -1,0 +1,33 @@
+//! ReplicaSet health: gitops-engine `health_replicaset.go`.
+
+use serde_json::Value;
+
+use super::{condition, health, int, int_or_zero};
+use crate::api::application::{HealthStatusCode, ResourceHealth};
+
+/// Argo CD's rule, in order:
+/// - `metadata.generation > status.observedGeneration` → Progressing;
+/// - `ReplicaFailure=True` (quota, admission denied, …) → Degraded with the condition's message;
+/// - `status.availableReplicas < spec.replicas` → Progressing;
+/// - else Healthy.
+pub(super) fn assess(obj: &Value) -> ResourceHealth {
+    let generation = int_or_zero(obj, "/metadata/generation");
+    let observed = int_or_zero(obj, "/status/observedGeneration");
+    if generation > observed {
+        return health(
+            HealthStatusCode::Progressing,
+            "Waiting for rollout to finish: observed replica set generation less than desired generation",
+        );
+    }
+    if let Some(failure) = condition(obj, "ReplicaFailure").filter(|c| c.is_true()) {
+        return health(HealthStatusCode::Degraded, failure.message);
+    }
+    let available = int_or_zero(obj, "/status/availableReplicas");
+    if let Some(desired) = int(obj, "/spec/replicas").filter(|d| available < *d) {
+        return health(
+            HealthStatusCode::Progressing,
+            format!("Waiting for rollout to finish: {available} out of {desired} new replicas are available..."),
+        );
+    }
+    health(HealthStatusCode::Healthy, "")
+}

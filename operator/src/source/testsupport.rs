@@ -1,0 +1,513 @@
+//! Real git servers on loopback for the source tests: a fixture repository, `git daemon`,
+//! smart HTTP (`git http-backend` behind a small Python server with basic or bearer auth), `sshd`
+//! and a tarpit. Every server binds 127.0.0.1 on a free port, is killed on drop, and every wait is
+//! bounded. Commands are argv lists; nothing goes through a shell.
+
+use std::io::Write;
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+/// How long any server may take to start accepting connections.
+const STARTUP: Duration = Duration::from_secs(10);
+
+/// A free TCP port on 127.0.0.1 (released before use; the tiny race is acceptable in tests).
+pub fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+/// Waits until `port` accepts TCP connections or `child` exits, at most [`STARTUP`].
+fn wait_for_port(port: u16, child: &mut Child, what: &str) {
+    let until = Instant::now() + STARTUP;
+    while Instant::now() < until {
+        if TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(200)).is_ok() {
+            return;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("{what} exited early: {status}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("{what} did not listen on {port} within {STARTUP:?}");
+}
+
+/// A child process killed (and reaped) on drop.
+pub struct Server {
+    child: Child,
+    /// The port it listens on.
+    pub port: u16,
+    _dir: Option<TempDir>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An upstream bare repository with known history:
+/// `main`: c1 → c2 (HEAD), `feature`: c1 → f1, tags `v1` (lightweight → c1) and `v2` (annotated → c2).
+pub struct Fixture {
+    /// Keeps the directory alive.
+    pub _dir: TempDir,
+    /// Base path served by daemons (`<dir>/srv`).
+    pub base: PathBuf,
+    /// `<base>/repo.git`.
+    pub repo_path: PathBuf,
+    /// c1, c2, f1.
+    pub c1: git2::Oid,
+    /// Tip of main.
+    pub c2: git2::Oid,
+    /// Tip of feature.
+    pub f1: git2::Oid,
+}
+
+impl Fixture {
+    /// Builds the fixture with git2 (no git CLI needed for content).
+    pub fn new() -> Fixture {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let base = dir.path().join("srv");
+        let repo_path = base.join("repo.git");
+        let repo = git2::Repository::init_bare(&repo_path).expect("init");
+        let c1 = commit(
+            &repo,
+            "refs/heads/main",
+            &[],
+            &[("app/cm.yaml", "kind: ConfigMap\n")],
+            "c1",
+        );
+        let c2 = commit(
+            &repo,
+            "refs/heads/main",
+            &[c1],
+            &[("app/cm.yaml", "kind: ConfigMap\ndata: {a: b}\n")],
+            "c2",
+        );
+        let f1 = commit(&repo, "refs/heads/feature", &[c1], &[("feature.txt", "f\n")], "f1");
+        repo.reference("refs/tags/v1", c1, true, "tag").expect("tag v1");
+        let sig = git2::Signature::now("Test", "test@example.com").expect("sig");
+        let obj = repo.find_object(c2, None).expect("c2");
+        repo.tag("v2", &obj, &sig, "release v2", true).expect("tag v2");
+        repo.set_head("refs/heads/main").expect("head");
+        Fixture {
+            _dir: dir,
+            base,
+            repo_path,
+            c1,
+            c2,
+            f1,
+        }
+    }
+
+    /// Opens the upstream repository.
+    pub fn repo(&self) -> git2::Repository {
+        git2::Repository::open_bare(&self.repo_path).expect("open")
+    }
+
+    /// `file://` URL of the upstream.
+    pub fn file_url(&self) -> String {
+        format!("file://{}", self.repo_path.display())
+    }
+}
+
+/// Commits `files` on top of `parents` and moves `refname` there.
+pub fn commit(
+    repo: &git2::Repository,
+    refname: &str,
+    parents: &[git2::Oid],
+    files: &[(&str, &str)],
+    msg: &str,
+) -> git2::Oid {
+    let tree = build_tree(repo, files);
+    let sig = git2::Signature::now("Test", "test@example.com").expect("sig");
+    let parents: Vec<git2::Commit<'_>> = parents.iter().map(|p| repo.find_commit(*p).expect("parent")).collect();
+    let parent_refs: Vec<&git2::Commit<'_>> = parents.iter().collect();
+    let tree = repo.find_tree(tree).expect("tree");
+    let oid = repo.commit(None, &sig, &sig, msg, &tree, &parent_refs).expect("commit");
+    repo.reference(refname, oid, true, msg).expect("ref");
+    oid
+}
+
+/// Builds a tree from `path → content` (one directory level supported, enough for tests).
+pub fn build_tree(repo: &git2::Repository, files: &[(&str, &str)]) -> git2::Oid {
+    let mut root = repo.treebuilder(None).expect("tb");
+    let mut subdirs: std::collections::BTreeMap<&str, git2::TreeBuilder<'_>> = Default::default();
+    for (path, content) in files {
+        let blob = repo.blob(content.as_bytes()).expect("blob");
+        match path.split_once('/') {
+            Some((d, f)) => {
+                let tb = subdirs.entry(d).or_insert_with(|| repo.treebuilder(None).expect("tb"));
+                tb.insert(f, blob, 0o100644).expect("insert");
+            }
+            None => {
+                root.insert(path, blob, 0o100644).expect("insert");
+            }
+        }
+    }
+    for (d, tb) in subdirs {
+        let t = tb.write().expect("write");
+        root.insert(d, t, 0o040000).expect("insert dir");
+    }
+    root.write().expect("write root")
+}
+
+/// `git daemon` serving `base` over git://.
+pub fn git_daemon(base: &Path) -> Server {
+    let port = free_port();
+    // Run git-daemon itself: `git daemon` forks it as a child that would outlive a killed `git`.
+    let mut child = Command::new(git_exec_path().join("git-daemon"))
+        .args([
+            "--export-all",
+            "--reuseaddr",
+            "--informative-errors",
+            "--listen=127.0.0.1",
+        ])
+        .arg(format!("--port={port}"))
+        .arg(format!("--base-path={}", base.display()))
+        .arg(base)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn git daemon");
+    wait_for_port(port, &mut child, "git daemon");
+    Server {
+        child,
+        port,
+        _dir: None,
+    }
+}
+
+/// `git --exec-path`: where git's helper programs live.
+fn git_exec_path() -> PathBuf {
+    let out = Command::new("git")
+        .arg("--exec-path")
+        .stdin(Stdio::null())
+        .output()
+        .expect("git --exec-path");
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
+/// How the HTTP server authenticates.
+pub enum HttpAuth<'a> {
+    /// `Authorization: Basic base64(user:password)`.
+    Basic(&'a str, &'a str),
+    /// `Authorization: Bearer <token>`.
+    Bearer(&'a str),
+}
+
+const HTTP_SERVER_PY: &str = r#"
+import base64, os, ssl, subprocess, sys
+from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
+port, root, mode, secret = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+tls = sys.argv[5:7]
+expected = ("Basic " + base64.b64encode(secret.encode()).decode()) if mode == "basic" else ("Bearer " + secret)
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+    def do_GET(self):
+        self.git()
+    def do_POST(self):
+        self.git()
+    def git(self):
+        if self.headers.get("Authorization", "") != expected:
+            self.send_response(401)
+            if mode == "basic":
+                self.send_header("WWW-Authenticate", 'Basic realm="git"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        path, _, query = self.path.partition("?")
+        n = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(n) if n else b""
+        env = {"PATH": os.environ.get("PATH", ""), "GIT_PROJECT_ROOT": root, "GIT_HTTP_EXPORT_ALL": "1",
+               "PATH_INFO": path, "QUERY_STRING": query, "REQUEST_METHOD": self.command,
+               "CONTENT_TYPE": self.headers.get("Content-Type", ""), "CONTENT_LENGTH": str(len(body)),
+               "REMOTE_USER": "test", "REMOTE_ADDR": "127.0.0.1", "GIT_PROTOCOL": self.headers.get("Git-Protocol", "")}
+        p = subprocess.run(["git", "http-backend"], input=body, env=env, capture_output=True, timeout=30)
+        sep = b"\r\n\r\n" if b"\r\n\r\n" in p.stdout else b"\n\n"
+        head, _, payload = p.stdout.partition(sep)
+        status, headers = 200, []
+        for line in head.decode("latin-1").splitlines():
+            k, _, v = line.partition(":")
+            if not k:
+                continue
+            if k.lower() == "status":
+                status = int(v.split()[0])
+            else:
+                headers.append((k, v.strip()))
+        self.send_response(status)
+        for k, v in headers:
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+server = ThreadingHTTPServer(("127.0.0.1", port), H)
+if tls:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(tls[0], tls[1])
+    server.socket = ctx.wrap_socket(server.socket, server_side=True)
+server.serve_forever()
+"#;
+
+/// Smart HTTP on `http://127.0.0.1:<port>/<repo>` requiring `auth`.
+pub fn http_server(base: &Path, auth: HttpAuth<'_>) -> Server {
+    start_http(base, auth, None)
+}
+
+/// A test CA and a server certificate for IP 127.0.0.1 signed by it (PEM files in `dir`).
+pub struct TestPki {
+    /// CA certificate, PEM.
+    pub ca_pem: String,
+    /// Server certificate path.
+    pub cert: PathBuf,
+    /// Server key path.
+    pub key: PathBuf,
+    _dir: TempDir,
+}
+
+fn openssl(args: &[&str], dir: &Path) {
+    let status = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("openssl");
+    assert!(status.success(), "openssl {args:?}");
+}
+
+/// Generates a CA and a server certificate with the openssl CLI.
+pub fn test_pki(ca_name: &str) -> TestPki {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let subj = format!("/CN={ca_name}");
+    openssl(
+        &[
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+            "-subj", &subj,
+        ],
+        d,
+    );
+    openssl(
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "srv.key",
+            "-out",
+            "srv.csr",
+            "-subj",
+            "/CN=127.0.0.1",
+        ],
+        d,
+    );
+    std::fs::write(
+        d.join("ext.cnf"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .expect("ext");
+    openssl(
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "srv.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "srv.pem",
+            "-days",
+            "2",
+            "-extfile",
+            "ext.cnf",
+        ],
+        d,
+    );
+    let ca_pem = std::fs::read_to_string(d.join("ca.pem")).expect("ca");
+    TestPki {
+        ca_pem,
+        cert: d.join("srv.pem"),
+        key: d.join("srv.key"),
+        _dir: dir,
+    }
+}
+
+/// Smart HTTPS on `https://127.0.0.1:<port>/<repo>` with `pki`'s server certificate.
+pub fn https_server(base: &Path, auth: HttpAuth<'_>, pki: &TestPki) -> Server {
+    start_http(base, auth, Some(pki))
+}
+
+fn start_http(base: &Path, auth: HttpAuth<'_>, pki: Option<&TestPki>) -> Server {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = dir.path().join("server.py");
+    std::fs::File::create(&script)
+        .and_then(|mut f| f.write_all(HTTP_SERVER_PY.as_bytes()))
+        .expect("script");
+    let (mode, secret) = match auth {
+        HttpAuth::Basic(u, p) => ("basic", format!("{u}:{p}")),
+        HttpAuth::Bearer(t) => ("bearer", t.to_string()),
+    };
+    let port = free_port();
+    let mut child = Command::new("python3")
+        .arg(&script)
+        .arg(port.to_string())
+        .arg(base)
+        .arg(mode)
+        .arg(secret)
+        .args(pki.map(|p| vec![p.cert.clone(), p.key.clone()]).unwrap_or_default())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn python http server");
+    wait_for_port(port, &mut child, "http server");
+    Server {
+        child,
+        port,
+        _dir: Some(dir),
+    }
+}
+
+/// An sshd on loopback with a fresh host key and one authorized user key.
+pub struct Sshd {
+    /// The server process.
+    pub server: Server,
+    /// known_hosts line for this server.
+    pub known_hosts: String,
+    /// The authorized private key (OpenSSH format).
+    pub user_key: String,
+    /// A private key that is not authorized.
+    pub other_key: String,
+    /// The login name.
+    pub user: String,
+}
+
+fn keygen(dir: &Path, name: &str, kind: &str) -> (String, String) {
+    let path = dir.join(name);
+    let status = Command::new("ssh-keygen")
+        .args(["-q", "-t", kind, "-N", "", "-C", "capstan-test", "-f"])
+        .arg(&path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .status()
+        .expect("ssh-keygen");
+    assert!(status.success());
+    let private = std::fs::read_to_string(&path).expect("read key");
+    let public = std::fs::read_to_string(path.with_extension("pub")).expect("read pub");
+    (private, public)
+}
+
+/// Starts sshd (Debian openssh-server) as the current user on a free port.
+pub fn sshd() -> Sshd {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let (_, host_pub) = keygen(d, "host_ed25519", "ed25519");
+    let (user_key, user_pub) = keygen(d, "user_ed25519", "ed25519");
+    let (other_key, _) = keygen(d, "other_ed25519", "ed25519");
+    std::fs::write(d.join("authorized_keys"), user_pub).expect("authorized_keys");
+    let _ = std::fs::create_dir_all("/run/sshd");
+    let port = free_port();
+    let config = format!(
+        "Port {port}\nListenAddress 127.0.0.1\nHostKey {hk}\nPidFile {pid}\nAuthorizedKeysFile {ak}\n\
+         StrictModes no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nPubkeyAuthentication yes\n\
+         UsePAM no\nPermitRootLogin prohibit-password\nLogLevel ERROR\n",
+        hk = d.join("host_ed25519").display(),
+        pid = d.join("sshd.pid").display(),
+        ak = d.join("authorized_keys").display(),
+    );
+    std::fs::write(d.join("sshd_config"), config).expect("config");
+    let mut child = Command::new("/usr/sbin/sshd")
+        .args(["-D", "-e", "-f"])
+        .arg(d.join("sshd_config"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn sshd");
+    wait_for_port(port, &mut child, "sshd");
+    let mut fields = host_pub.split_whitespace();
+    let (kind, key) = (fields.next().unwrap_or_default(), fields.next().unwrap_or_default());
+    let known_hosts = format!("[127.0.0.1]:{port} {kind} {key}\n");
+    let user = std::env::var("USER").unwrap_or_else(|_| "root".into());
+    Sshd {
+        server: Server {
+            child,
+            port,
+            _dir: Some(dir),
+        },
+        known_hosts,
+        user_key,
+        other_key,
+        user,
+    }
+}
+
+/// Accepts TCP connections and never answers. Stops (and drops the connections) on drop.
+pub struct Tarpit {
+    /// The port it listens on.
+    pub port: u16,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Tarpit {
+    /// Starts the tarpit.
+    pub fn start() -> Tarpit {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let port = listener.local_addr().expect("addr").port();
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut held = Vec::new();
+            while !flag.load(Ordering::Relaxed) {
+                if let Ok((conn, _)) = listener.accept() {
+                    held.push(conn);
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        });
+        Tarpit {
+            port,
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Tarpit {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Counts objects (loose and packed) in a bare repository.
+pub fn object_count(repo_dir: &Path) -> usize {
+    let Ok(repo) = git2::Repository::open_bare(repo_dir) else {
+        return 0;
+    };
+    let Ok(odb) = repo.odb() else { return 0 };
+    let mut n = 0;
+    let _ = odb.foreach(|_| {
+        n += 1;
+        true
+    });
+    n
+}
