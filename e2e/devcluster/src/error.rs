@@ -14,7 +14,11 @@ pub struct Cause {
 
 impl Cause {
     pub fn new(reason: &str, message: impl Into<String>, field: impl Into<String>) -> Self {
-        Cause { reason: reason.to_string(), message: message.into(), field: field.into() }
+        Cause {
+            reason: reason.to_string(),
+            message: message.into(),
+            field: field.into(),
+        }
     }
 }
 
@@ -79,8 +83,12 @@ impl ApiError {
     }
 
     pub fn not_found(plural: &str, group: &str, name: &str) -> Self {
-        ApiError::new(404, "NotFound", format!("{} \"{}\" not found", qualified(plural, group), name))
-            .with_details(plural, group, name)
+        ApiError::new(
+            404,
+            "NotFound",
+            format!("{} \"{}\" not found", qualified(plural, group), name),
+        )
+        .with_details(plural, group, name)
     }
 
     /// 404 for a path the server does not serve at all.
@@ -89,8 +97,12 @@ impl ApiError {
     }
 
     pub fn already_exists(plural: &str, group: &str, name: &str) -> Self {
-        ApiError::new(409, "AlreadyExists", format!("{} \"{}\" already exists", qualified(plural, group), name))
-            .with_details(plural, group, name)
+        ApiError::new(
+            409,
+            "AlreadyExists",
+            format!("{} \"{}\" already exists", qualified(plural, group), name),
+        )
+        .with_details(plural, group, name)
     }
 
     /// Optimistic-lock failure (stale resourceVersion, failed precondition).
@@ -116,10 +128,20 @@ impl ApiError {
     pub fn invalid(kind: &str, group: &str, name: &str, causes: Vec<Cause>) -> Self {
         let detail = causes
             .iter()
-            .map(|c| if c.field.is_empty() { c.message.clone() } else { format!("{}: {}", c.field, c.message) })
+            .map(|c| {
+                if c.field.is_empty() {
+                    c.message.clone()
+                } else {
+                    format!("{}: {}", c.field, c.message)
+                }
+            })
             .collect::<Vec<_>>()
             .join(", ");
-        let mut e = ApiError::new(422, "Invalid", format!("{} \"{}\" is invalid: {}", qualified(kind, group), name, detail));
+        let mut e = ApiError::new(
+            422,
+            "Invalid",
+            format!("{} \"{}\" is invalid: {}", qualified(kind, group), name, detail),
+        );
         e.kind = Some(kind.to_string());
         e.group = Some(group.to_string());
         e.name = Some(name.to_string());
@@ -161,7 +183,11 @@ impl ApiError {
     }
 
     pub fn too_many_requests(retry_after: u64) -> Self {
-        let mut e = ApiError::new(429, "TooManyRequests", "the server has received too many requests and has asked us to try again later");
+        let mut e = ApiError::new(
+            429,
+            "TooManyRequests",
+            "the server has received too many requests and has asked us to try again later",
+        );
         e.retry_after_seconds = Some(retry_after);
         e
     }
@@ -171,7 +197,11 @@ impl ApiError {
     }
 
     pub fn service_unavailable(retry_after: u64) -> Self {
-        let mut e = ApiError::new(503, "ServiceUnavailable", "the server is currently unable to handle the request");
+        let mut e = ApiError::new(
+            503,
+            "ServiceUnavailable",
+            "the server is currently unable to handle the request",
+        );
         e.retry_after_seconds = Some(retry_after);
         e
     }

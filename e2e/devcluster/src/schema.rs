@@ -66,7 +66,9 @@ impl FieldSchema for Opaque {
 /// Lists inside `metadata` behave the same for every kind, CRs included.
 fn metadata_list_type(path: &[&str]) -> Option<ListType> {
     match path {
-        ["metadata", "ownerReferences"] => Some(ListType::Map { keys: vec!["uid".into()] }),
+        ["metadata", "ownerReferences"] => Some(ListType::Map {
+            keys: vec!["uid".into()],
+        }),
         ["metadata", "finalizers"] => Some(ListType::Set),
         ["metadata", "managedFields"] => Some(ListType::Atomic),
         _ => None,
@@ -128,13 +130,19 @@ impl FieldSchema for Builtin {
         let (parent, last) = Self::last_two(path);
         let Some(last) = last else { return ListType::Atomic };
         if last == "ports" && parent.is_some_and(Self::is_container_list) {
-            return ListType::Map { keys: vec!["containerPort".into(), "protocol".into()] };
+            return ListType::Map {
+                keys: vec!["containerPort".into(), "protocol".into()],
+            };
         }
         if self.is_service_ports(path) {
-            return ListType::Map { keys: vec!["port".into(), "protocol".into()] };
+            return ListType::Map {
+                keys: vec!["port".into(), "protocol".into()],
+            };
         }
         match single_key(parent, last) {
-            Some(k) => ListType::Map { keys: vec![k.to_string()] },
+            Some(k) => ListType::Map {
+                keys: vec![k.to_string()],
+            },
             None => ListType::Atomic,
         }
     }
@@ -159,8 +167,10 @@ impl FieldSchema for Builtin {
 
     fn map_is_atomic(&self, path: &[&str]) -> bool {
         // metav1.LabelSelector is `+structType=atomic` where workloads use it as their selector.
-        matches!(self.kind.as_str(), "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet" | "Job")
-            && path == ["spec", "selector"]
+        matches!(
+            self.kind.as_str(),
+            "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet" | "Job"
+        ) && path == ["spec", "selector"]
     }
 }
 
@@ -173,13 +183,23 @@ mod tests {
         let s = Builtin::new("Deployment");
         let p = ["spec", "template", "spec", "containers", "ports"];
         assert_eq!(s.smp_list(&p), SmpList::MergeByKey("containerPort".into()));
-        assert_eq!(s.list_type(&p), ListType::Map { keys: vec!["containerPort".into(), "protocol".into()] });
+        assert_eq!(
+            s.list_type(&p),
+            ListType::Map {
+                keys: vec!["containerPort".into(), "protocol".into()]
+            }
+        );
     }
 
     #[test]
     fn service_ports_and_selector() {
         let s = Builtin::new("Service");
-        assert_eq!(s.list_type(&["spec", "ports"]), ListType::Map { keys: vec!["port".into(), "protocol".into()] });
+        assert_eq!(
+            s.list_type(&["spec", "ports"]),
+            ListType::Map {
+                keys: vec!["port".into(), "protocol".into()]
+            }
+        );
         assert!(!s.map_is_atomic(&["spec", "selector"]));
         assert!(Builtin::new("Deployment").map_is_atomic(&["spec", "selector"]));
     }

@@ -61,10 +61,6 @@ impl Entry {
             && !self.opaque
     }
 
-    pub fn is_opaque(&self) -> bool {
-        self.opaque
-    }
-
     /// Replace the field set; a different set (or apiVersion) makes the entry new, with `time = now`.
     pub fn replace_set(&mut self, set: FieldSet, api_version: &str, now: &str) {
         if set != self.set {
