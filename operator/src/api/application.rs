@@ -994,6 +994,13 @@ pub struct SyncStep {
     /// The wave within the phase.
     #[serde(default)]
     pub wave: i64,
+    /// The server-side dry run that precedes the first real step has passed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub validated: bool,
+    /// Unix milliseconds when the last (phase, wave) group was applied: the wave delay and the grace period
+    /// for objects not yet visible in the live cache count from here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_at_ms: Option<i64>,
 }
 
 /// Phase of a sync: `PreSync`, `Sync`, `PostSync` or `SyncFail`.

@@ -5,3 +5,4 @@
 pub mod diff;
 pub mod health;
 pub mod object;
+pub mod plan;

@@ -299,7 +299,10 @@ mod tests {
             .iter()
             .map(|(w, n)| SyncTask::prune_for_test(obj("v1", "ConfigMap", "x", n, *w)))
             .collect();
-        tasks.push(SyncTask::for_test(obj("v1", "ConfigMap", "x", "keep", 2), SyncPhase::Sync));
+        tasks.push(SyncTask::for_test(
+            obj("v1", "ConfigMap", "x", "keep", 2),
+            SyncPhase::Sync,
+        ));
         mirror_prune_waves(&mut tasks);
         let waves: Vec<(String, i64)> = tasks.iter().map(|t| (t.key.name.clone(), t.wave)).collect();
         assert_eq!(

@@ -7,6 +7,7 @@ use std::time::Duration;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{json, Value};
 
+use super::step::MISSING_GRACE;
 use super::*;
 use crate::api::application::{
     HealthStatusCode, Operation, OperationPhase, OperationState, ResourceHealth, ResourceStatus, ResultCode,
@@ -84,7 +85,9 @@ impl FakeCluster {
     }
 
     fn put_tracked(&mut self, mut obj: Value, app: &str) {
-        if object::namespace(&obj).is_empty() && scope(&object::group_version(&obj).0, object::kind(&obj)) != Some(false) {
+        if object::namespace(&obj).is_empty()
+            && scope(&object::group_version(&obj).0, object::kind(&obj)) != Some(false)
+        {
             obj["metadata"]["namespace"] = json!("shop");
         }
         let id = tracking(&obj, app);
@@ -96,7 +99,9 @@ impl FakeCluster {
         if !matches!(object::kind(obj), "Deployment" | "Job") {
             return None;
         }
-        let ready_after = object::annotation(obj, "test/ready-after").and_then(|v| v.parse().ok()).unwrap_or(0);
+        let ready_after = object::annotation(obj, "test/ready-after")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
         let status = if age < ready_after {
             HealthStatusCode::Progressing
         } else if object::annotation(obj, "test/result") == Some("Degraded") {
@@ -128,8 +133,13 @@ impl FakeCluster {
     }
 
     fn tick(&mut self) {
-        self.objects
-            .retain(|_, o| o.age < 1 || !o.obj.pointer("/metadata/deletionTimestamp").is_some_and(|v| !v.is_null()));
+        self.objects.retain(|_, o| {
+            let terminating = o
+                .obj
+                .pointer("/metadata/deletionTimestamp")
+                .is_some_and(|v| !v.is_null());
+            o.age < 1 || !terminating
+        });
         for o in self.objects.values_mut() {
             o.age += 1;
         }
@@ -170,18 +180,24 @@ impl FakeCluster {
             let key = ObjectKey::of(&a.object);
             if self.fail_apply.contains(&key.name) {
                 all_ok = false;
-                out.applied.insert(a.id.clone(), Err(format!("admission webhook denied {}", key.name)));
+                out.applied
+                    .insert(a.id.clone(), Err(format!("admission webhook denied {}", key.name)));
                 continue;
             }
             if a.dry_run {
-                out.applied.insert(a.id.clone(), Ok(format!("{} configured (dry run)", key.name)));
+                out.applied
+                    .insert(a.id.clone(), Ok(format!("{} configured (dry run)", key.name)));
                 continue;
             }
             let mut obj = a.object.clone();
             if a.track {
                 obj["metadata"]["annotations"]["capstan.dev/tracking-id"] = json!(tracking(&a.object, "capstan/shop"));
             }
-            let verb = if self.objects.contains_key(&key) { "configure" } else { "create" };
+            let verb = if self.objects.contains_key(&key) {
+                "configure"
+            } else {
+                "create"
+            };
             if verb == "create" {
                 *self.created.entry(format!("{}/{}", key.kind, key.name)).or_default() += 1;
             }
@@ -225,6 +241,8 @@ struct Sync {
     rendered: bool,
     prune_confirmed: bool,
     crash: Option<(usize, Crash)>,
+    /// Someone deletes the object of this name just before step N.
+    vandal: Option<(usize, &'static str)>,
 }
 
 impl Sync {
@@ -243,6 +261,7 @@ impl Sync {
             rendered: true,
             prune_confirmed: false,
             crash: None,
+            vandal: None,
         }
     }
 
@@ -271,7 +290,12 @@ impl Run {
     }
 
     fn result(&self, name: &str) -> Option<&crate::api::application::ResourceResult> {
-        self.state.sync_result.as_ref()?.resources.iter().find(|r| r.name == name)
+        self.state
+            .sync_result
+            .as_ref()?
+            .resources
+            .iter()
+            .find(|r| r.name == name)
     }
 }
 
@@ -282,6 +306,9 @@ fn drive(cluster: &mut FakeCluster, sync: &Sync) -> Run {
     let mut step_times = Vec::new();
     cluster.now_ms = 1_700_000_000_000;
     for i in 0..200 {
+        if let Some((_, name)) = sync.vandal.filter(|(at, _)| *at == i) {
+            cluster.objects.retain(|k, _| !k.name.starts_with(name));
+        }
         let live = cluster.live();
         let ns_live = cluster.namespace("shop");
         let now = Timestamp::from_millisecond(cluster.now_ms).expect("valid time");
@@ -329,7 +356,10 @@ fn drive(cluster: &mut FakeCluster, sync: &Sync) -> Run {
             }
         }
         cluster.tick();
-        let wait = out.step.requeue_after(DEFAULT_WAVE_DELAY).unwrap_or(Duration::from_secs(1));
+        let wait = out
+            .step
+            .requeue_after(DEFAULT_WAVE_DELAY)
+            .unwrap_or(Duration::from_secs(1));
         cluster.now_ms += wait.as_millis() as i64;
     }
     panic!("the sync did not finish in 200 steps: {steps:#?}");
@@ -367,7 +397,10 @@ fn position(cluster: &FakeCluster, needle: &str) -> usize {
 
 fn time_of(cluster: &FakeCluster, needle: &str) -> i64 {
     let line = &cluster.log[position(cluster, needle)];
-    line.split_whitespace().next().and_then(|t| t.parse().ok()).unwrap_or_default()
+    line.split_whitespace()
+        .next()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_default()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -379,16 +412,29 @@ fn plain_single_wave_sync_succeeds_right_after_apply() {
     let sync = Sync::new(vec![cm("a", 0), deployment("web", 0, 5, "Degraded")]);
     let run = drive(&mut cluster, &sync);
     assert_eq!(kinds(&run), ["validate", "run Sync/0", "done Succeeded"]);
-    assert_eq!(run.done(), (OperationPhase::Succeeded, "successfully synced (all tasks run)".into(), true));
+    assert_eq!(
+        run.done(),
+        (
+            OperationPhase::Succeeded,
+            "successfully synced (all tasks run)".into(),
+            true
+        )
+    );
     let web = run.result("web").expect("result");
     assert_eq!(web.status, Some(ResultCode::Synced));
-    assert_eq!(logged(&cluster, "create"), ["create ConfigMap/a", "create Deployment/web"]);
+    assert_eq!(
+        logged(&cluster, "create"),
+        ["create ConfigMap/a", "create Deployment/web"]
+    );
 }
 
 #[test]
 fn presync_job_waves_and_postsync_hook_run_in_order_with_the_wave_delay() {
     let mut cluster = FakeCluster::default();
-    let post = with_annotations(job_hook("smoke", "PostSync", 1, ""), &[("argocd.argoproj.io/hook-delete-policy", "HookSucceeded")]);
+    let post = with_annotations(
+        job_hook("smoke", "PostSync", 1, ""),
+        &[("argocd.argoproj.io/hook-delete-policy", "HookSucceeded")],
+    );
     let sync = Sync::new(vec![
         deployment("web", 1, 2, ""),
         cm("config", 0),
@@ -401,7 +447,12 @@ fn presync_job_waves_and_postsync_hook_run_in_order_with_the_wave_delay() {
     let migrate = format!("create Job/migrate-{}-presync-{}", &REV[..7], 1_700_000_000);
     assert_eq!(
         logged(&cluster, "create"),
-        [migrate.as_str(), "create ConfigMap/config", "create Deployment/web", "create Job/smoke"]
+        [
+            migrate.as_str(),
+            "create ConfigMap/config",
+            "create Deployment/web",
+            "create Job/smoke"
+        ]
     );
     // Each wave starts only after the previous one is healthy and at least 2 s later.
     assert!(time_of(&cluster, "Deployment/web") - time_of(&cluster, "ConfigMap/config") >= 2_000);
@@ -415,13 +466,28 @@ fn presync_job_waves_and_postsync_hook_run_in_order_with_the_wave_delay() {
     assert!(runs.windows(2).all(|w| w[1] - w[0] >= 2_000), "{runs:?}");
     assert!(position(&cluster, "create Job/smoke") > position(&cluster, "create Deployment/web"));
     // The PostSync hook was deleted on success (HookSucceeded); the PreSync one kept (BeforeHookCreation).
-    assert_eq!(logged(&cluster, "delete(HookSucceeded)"), ["delete(HookSucceeded) Job/smoke"]);
-    assert!(cluster.objects.keys().any(|k| k.name.starts_with("migrate-")));
+    assert_eq!(
+        logged(&cluster, "delete(HookSucceeded)"),
+        ["delete(HookSucceeded) Job/smoke"]
+    );
+    let (_, kept) = cluster
+        .objects
+        .iter()
+        .find(|(k, _)| k.name.starts_with("migrate-"))
+        .expect("kept hook");
+    assert!(
+        kept.obj.pointer("/metadata/finalizers").is_none(),
+        "the hook finalizer is removed once completed"
+    );
     let hook = run.result("smoke").expect("hook result");
     assert_eq!(hook.hook_phase, Some(OperationPhase::Succeeded));
     assert_eq!(hook.sync_phase, Some(SyncPhase::PostSync));
-    assert!(kinds(&run).iter().any(|k| k.starts_with("wait: waiting for completion of hook batch/Job/migrate-")));
-    assert!(kinds(&run).iter().any(|k| k == "wait: waiting for healthy state of apps/Deployment/web"));
+    assert!(kinds(&run)
+        .iter()
+        .any(|k| k.starts_with("wait: waiting for completion of hook batch/Job/migrate-")));
+    assert!(kinds(&run)
+        .iter()
+        .any(|k| k == "wait: waiting for healthy state of apps/Deployment/web"));
 }
 
 #[test]
@@ -436,12 +502,26 @@ fn degraded_deployment_in_wave_1_fails_the_sync_and_runs_syncfail_hooks() {
     let run = drive(&mut cluster, &sync);
     let (phase, message, history) = run.done();
     assert_eq!(phase, OperationPhase::Failed);
-    assert!(message.starts_with("one or more synchronization tasks completed unsuccessfully"), "{message}");
+    assert!(
+        message.starts_with("one or more synchronization tasks completed unsuccessfully"),
+        "{message}"
+    );
     assert!(!history);
     assert!(!cluster.log.iter().any(|l| l.contains("ConfigMap/never")));
-    assert_eq!(cluster.created.iter().filter(|(k, _)| k.starts_with("Job/notify-")).map(|(_, n)| *n).sum::<u32>(), 1);
+    assert_eq!(
+        cluster
+            .created
+            .iter()
+            .filter(|(k, _)| k.starts_with("Job/notify-"))
+            .map(|(_, n)| *n)
+            .sum::<u32>(),
+        1
+    );
     assert!(kinds(&run).contains(&"syncfail".to_string()));
-    assert_eq!(run.result("web").and_then(|r| r.hook_phase), Some(OperationPhase::Failed));
+    assert_eq!(
+        run.result("web").and_then(|r| r.hook_phase),
+        Some(OperationPhase::Failed)
+    );
 }
 
 #[test]
@@ -465,7 +545,10 @@ fn restart_anywhere_creates_each_hook_once_and_completes_once() {
         cm("config", 0),
         deployment("web", 1, 2, ""),
         job_hook("seed", "Sync", 1, ""),
-        with_annotations(job_hook("smoke", "PostSync", 1, ""), &[("argocd.argoproj.io/hook-delete-policy", "HookSucceeded")]),
+        with_annotations(
+            job_hook("smoke", "PostSync", 1, ""),
+            &[("argocd.argoproj.io/hook-delete-policy", "HookSucceeded")],
+        ),
     ];
     let baseline = drive(&mut FakeCluster::default(), &Sync::new(desired.clone()));
     assert_eq!(baseline.done().0, OperationPhase::Succeeded);
@@ -475,14 +558,46 @@ fn restart_anywhere_creates_each_hook_once_and_completes_once() {
             let mut sync = Sync::new(desired.clone());
             sync.crash = Some((at, crash));
             let run = drive(&mut cluster, &sync);
-            assert_eq!(run.done().0, OperationPhase::Succeeded, "crash {crash:?} at step {at}: {:#?}", kinds(&run));
+            assert_eq!(
+                run.done().0,
+                OperationPhase::Succeeded,
+                "crash {crash:?} at step {at}: {:#?}",
+                kinds(&run)
+            );
             for (hook, n) in cluster.created.iter().filter(|(k, _)| k.starts_with("Job/")) {
-                assert_eq!(*n, 1, "crash {crash:?} at step {at}: {hook} created {n} times; log {:#?}", cluster.log);
+                assert_eq!(
+                    *n, 1,
+                    "crash {crash:?} at step {at}: {hook} created {n} times; log {:#?}",
+                    cluster.log
+                );
             }
             assert_eq!(cluster.created.keys().filter(|k| k.starts_with("Job/")).count(), 3);
             assert_eq!(run.steps.iter().filter(|s| matches!(s, Step::Done { .. })).count(), 1);
         }
     }
+}
+
+#[test]
+fn a_running_hook_that_disappears_fails_the_sync_after_the_grace_period() {
+    let mut cluster = FakeCluster::default();
+    let mut sync = Sync::new(vec![job_hook("migrate", "PreSync", 1000, ""), cm("a", 0)]);
+    sync.vandal = Some((3, "migrate"));
+    let run = drive(&mut cluster, &sync);
+    let (phase, message, _) = run.done();
+    assert_eq!(phase, OperationPhase::Failed);
+    assert!(
+        message.contains("Resource batch/Job/migrate is missing, it might have been deleted"),
+        "{message}"
+    );
+    assert!(!cluster.log.iter().any(|l| l.contains("ConfigMap/a")));
+    let waits = kinds(&run)
+        .iter()
+        .filter(|k| k.starts_with("wait: waiting for completion of hook"))
+        .count();
+    assert!(
+        waits >= (MISSING_GRACE.as_secs() / 5) as usize,
+        "the cache gets a grace period first"
+    );
 }
 
 #[test]
@@ -515,7 +630,9 @@ fn selective_sync_applies_only_the_listed_resources_without_hooks_or_history() {
     assert_eq!(phase, OperationPhase::Succeeded);
     assert!(!history, "selective syncs are not recorded in history");
     assert_eq!(logged(&cluster, "create"), ["create ConfigMap/b"]);
-    assert!(cluster.objects.contains_key(&ObjectKey::new("", "ConfigMap", "shop", "gone")));
+    assert!(cluster
+        .objects
+        .contains_key(&ObjectKey::new("", "ConfigMap", "shop", "gone")));
 }
 
 #[test]
@@ -523,7 +640,11 @@ fn dry_run_changes_nothing() {
     let mut cluster = FakeCluster::default();
     cluster.put_tracked(cm("gone", 0), "capstan/shop");
     let before: Vec<Value> = cluster.objects.values().map(|o| o.obj.clone()).collect();
-    let mut sync = Sync::new(vec![cm("a", 0), deployment("web", 1, 3, ""), job_hook("migrate-", "PreSync", 3, "")]);
+    let mut sync = Sync::new(vec![
+        cm("a", 0),
+        deployment("web", 1, 3, ""),
+        job_hook("migrate-", "PreSync", 3, ""),
+    ]);
     sync.sync_op().dry_run = true;
     let run = drive(&mut cluster, &sync);
     let (phase, _, history) = run.done();
@@ -532,9 +653,16 @@ fn dry_run_changes_nothing() {
     let after: Vec<Value> = cluster.objects.values().map(|o| o.obj.clone()).collect();
     assert_eq!(before, after);
     assert!(cluster.created.is_empty());
-    assert_eq!(run.result("gone").and_then(|r| r.message.clone()).as_deref(), Some("pruned (dry run)"));
+    assert_eq!(
+        run.result("gone").and_then(|r| r.message.clone()).as_deref(),
+        Some("pruned (dry run)")
+    );
     for s in &run.steps {
-        assert!(s.actions().apply.iter().all(|a| a.dry_run) && s.actions().prune.is_empty() && s.actions().delete.is_empty());
+        assert!(
+            s.actions().apply.iter().all(|a| a.dry_run)
+                && s.actions().prune.is_empty()
+                && s.actions().delete.is_empty()
+        );
     }
 }
 
@@ -555,9 +683,13 @@ fn apply_out_of_sync_only_skips_in_sync_resources() {
 fn prune_rules() {
     let mut cluster = FakeCluster::default();
     cluster.put_tracked(cm("old", 0), "capstan/shop");
-    cluster.put_tracked(with_annotations(cm("keep", 0), &[("argocd.argoproj.io/sync-options", "Prune=false")]), "capstan/shop");
+    cluster.put_tracked(
+        with_annotations(cm("keep", 0), &[("argocd.argoproj.io/sync-options", "Prune=false")]),
+        "capstan/shop",
+    );
     cluster.put_tracked(cm("theirs", 0), "capstan/other");
-    cluster.put(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "untracked", "namespace": "shop"}}));
+    cluster
+        .put(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "untracked", "namespace": "shop"}}));
     let sync = Sync::new(vec![cm("a", 0)]);
     let run = drive(&mut cluster, &sync);
     assert_eq!(run.done().0, OperationPhase::Succeeded);
@@ -570,7 +702,10 @@ fn prune_rules() {
     }
     assert!(!cluster.objects.keys().any(|k| k.name == "old"));
     let keep = run.result("keep").expect("keep");
-    assert_eq!((keep.status, keep.message.as_deref()), (Some(ResultCode::PruneSkipped), Some("ignored (no prune)")));
+    assert_eq!(
+        (keep.status, keep.message.as_deref()),
+        (Some(ResultCode::PruneSkipped), Some("ignored (no prune)"))
+    );
     assert!(run.result("theirs").is_none() && run.result("untracked").is_none());
 
     let mut no_prune = FakeCluster::default();
@@ -578,7 +713,10 @@ fn prune_rules() {
     let mut sync = Sync::new(vec![cm("a", 0)]);
     sync.sync_op().prune = false;
     let run = drive(&mut no_prune, &sync);
-    assert_eq!(run.result("old").and_then(|r| r.message.as_deref()), Some("ignored (requires pruning)"));
+    assert_eq!(
+        run.result("old").and_then(|r| r.message.as_deref()),
+        Some("ignored (requires pruning)")
+    );
     assert!(no_prune.objects.keys().any(|k| k.name == "old"));
 }
 
@@ -590,8 +728,13 @@ fn pruning_follows_mirrored_waves_and_waits_for_deletion() {
     let sync = Sync::new(vec![cm("a", 0)]);
     let run = drive(&mut cluster, &sync);
     assert_eq!(run.done().0, OperationPhase::Succeeded);
-    assert_eq!(logged(&cluster, "prune"), ["prune ConfigMap/high", "prune ConfigMap/low"]);
-    assert!(kinds(&run).iter().any(|k| k == "wait: waiting for deletion of /ConfigMap/high"));
+    assert_eq!(
+        logged(&cluster, "prune"),
+        ["prune ConfigMap/high", "prune ConfigMap/low"]
+    );
+    assert!(kinds(&run)
+        .iter()
+        .any(|k| k == "wait: waiting for deletion of /ConfigMap/high"));
 }
 
 #[test]
@@ -609,7 +752,10 @@ fn prune_last_prunes_after_everything_else() {
 #[test]
 fn prune_confirm_waits_for_approval() {
     let mut cluster = FakeCluster::default();
-    cluster.put_tracked(with_annotations(cm("old", 0), &[("argocd.argoproj.io/sync-options", "Prune=confirm")]), "capstan/shop");
+    cluster.put_tracked(
+        with_annotations(cm("old", 0), &[("argocd.argoproj.io/sync-options", "Prune=confirm")]),
+        "capstan/shop",
+    );
     let mut sync = Sync::new(vec![cm("a", 0)]);
     let live = cluster.live();
     let input = step_input(&sync, &live, None);
@@ -668,7 +814,10 @@ fn fail_on_shared_resource() {
     let run = drive(&mut cluster, &sync);
     let (phase, message, _) = run.done();
     assert_eq!(phase, OperationPhase::Failed);
-    assert_eq!(message, "Shared resource found: /ConfigMap:shop/shared is part of application team/billing");
+    assert_eq!(
+        message,
+        "Shared resource found: /ConfigMap:shop/shared is part of application team/billing"
+    );
     assert!(cluster.log.is_empty());
     // Without the option the resource is taken over, and the warning is still available.
     let sync = Sync::new(vec![cm("shared", 0)]);
@@ -683,11 +832,21 @@ fn create_namespace_runs_first() {
     sync.policy.sync_options = vec!["CreateNamespace=true".into()];
     let run = drive(&mut cluster, &sync);
     assert_eq!(run.done().0, OperationPhase::Succeeded);
-    assert_eq!(logged(&cluster, "create"), ["create Namespace/shop", "create ConfigMap/a"]);
+    assert_eq!(
+        logged(&cluster, "create"),
+        ["create Namespace/shop", "create ConfigMap/a"]
+    );
     let ns = &cluster.objects[&ObjectKey::new("", "Namespace", "", "shop")];
-    assert!(object::tracking_id_of(&ns.obj).is_none(), "the created namespace is not tracked, so never pruned");
+    assert!(
+        object::tracking_id_of(&ns.obj).is_none(),
+        "the created namespace is not tracked, so never pruned"
+    );
     let validate = &run.steps[0];
-    assert!(validate.actions().apply.iter().any(|a| a.skip_dry_run_if_missing && object::name(&a.object) == "a"));
+    assert!(validate
+        .actions()
+        .apply
+        .iter()
+        .any(|a| a.skip_dry_run_if_missing && object::name(&a.object) == "a"));
 }
 
 #[test]
@@ -701,8 +860,16 @@ fn replace_mode_is_chosen_except_for_crds_and_namespaces() {
             "names": {"kind": "Widget"}}}),
         &replace,
     );
-    let ns = with_annotations(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "extra"}}), &replace);
-    let mut sync = Sync::new(vec![with_annotations(cm("existing", 0), &replace), with_annotations(cm("new", 0), &replace), crd, ns]);
+    let ns = with_annotations(
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "extra"}}),
+        &replace,
+    );
+    let mut sync = Sync::new(vec![
+        with_annotations(cm("existing", 0), &replace),
+        with_annotations(cm("new", 0), &replace),
+        crd,
+        ns,
+    ]);
     sync.policy.sync_options = vec!["Force=true".into()];
     let run = drive(&mut cluster, &sync);
     assert_eq!(run.done().0, OperationPhase::Succeeded);
@@ -710,7 +877,12 @@ fn replace_mode_is_chosen_except_for_crds_and_namespaces() {
         .steps
         .iter()
         .filter(|s| matches!(s, Step::Run { .. }))
-        .flat_map(|s| s.actions().apply.iter().map(|a| (object::name(&a.object).to_string(), a.mode)))
+        .flat_map(|s| {
+            s.actions()
+                .apply
+                .iter()
+                .map(|a| (object::name(&a.object).to_string(), a.mode))
+        })
         .collect();
     let ssa = ApplyMode::ServerSideApply {
         force_conflicts: true,
@@ -740,10 +912,17 @@ fn terminate_deletes_running_hooks() {
     let mut terminating = st.expect("state");
     terminating.phase = OperationPhase::Terminating;
     let live = cluster.live();
-    let out = next_step(&step_input(&sync, &live, Some((&terminating, plan.as_ref().expect("plan")))));
+    let out = next_step(&step_input(
+        &sync,
+        &live,
+        Some((&terminating, plan.as_ref().expect("plan"))),
+    ));
     match &out.step {
         Step::Done { phase, message, .. } => {
-            assert_eq!((*phase, message.as_str()), (OperationPhase::Failed, "Operation terminated"))
+            assert_eq!(
+                (*phase, message.as_str()),
+                (OperationPhase::Failed, "Operation terminated")
+            )
         }
         other => panic!("expected done, got {other:?}"),
     }
@@ -759,7 +938,13 @@ fn completed_operations_stay_done() {
     let live = cluster.live();
     let plan = PlanState::default();
     let again = next_step(&step_input(&sync, &live, Some((&run.state, &plan))));
-    assert!(matches!(again.step, Step::Done { phase: OperationPhase::Succeeded, .. }));
+    assert!(matches!(
+        again.step,
+        Step::Done {
+            phase: OperationPhase::Succeeded,
+            ..
+        }
+    ));
     assert!(again.step.actions().is_empty());
     assert_eq!(again.state, run.state);
 }

@@ -210,7 +210,11 @@ pub struct ObjectRef {
 impl ObjectRef {
     fn of(obj: &Value) -> ObjectRef {
         ObjectRef {
-            api_version: obj.get("apiVersion").and_then(Value::as_str).unwrap_or_default().to_string(),
+            api_version: obj
+                .get("apiVersion")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
             kind: object::kind(obj).to_string(),
             namespace: object::namespace(obj).to_string(),
             name: object::name(obj).to_string(),
@@ -371,7 +375,10 @@ impl<'i, 'a> Planner<'i, 'a> {
             return self.done_as_is();
         }
         let Some(sync) = self.st.operation.sync.clone() else {
-            return self.finish(OperationPhase::Error, "only sync operations can be run; turn a rollback into a sync");
+            return self.finish(
+                OperationPhase::Error,
+                "only sync operations can be run; turn a rollback into a sync",
+            );
         };
         if !self.input.rendered {
             return self.finish(
@@ -380,7 +387,11 @@ impl<'i, 'a> Planner<'i, 'a> {
             );
         }
         if !self.input.live_cache_complete {
-            return self.wait("waiting for the live state cache to be complete".into(), WAIT_REQUEUE, Actions::default());
+            return self.wait(
+                "waiting for the live state cache to be complete".into(),
+                WAIT_REQUEUE,
+                Actions::default(),
+            );
         }
         let opts = AppOptions::parse([self.policy_options(), sync.sync_options.as_slice()]);
         let started_unix = self.st.started_at.as_ref().map(|t| t.0.as_second()).unwrap_or(0);
@@ -432,16 +443,25 @@ impl<'i, 'a> Planner<'i, 'a> {
     /// (`controller/sync.go`), and a render that yields no objects while pruning would delete everything.
     fn refuse(&mut self, sync: &SyncOperation, opts: &AppOptions, set: &TaskSet<'_>) -> Option<Step> {
         if opts.fail_on_shared_resource && !set.shared.is_empty() {
-            let list: Vec<String> =
-                set.shared.iter().map(|s| format!("{} is part of application {}", s.key, s.application)).collect();
-            return Some(self.finish(OperationPhase::Failed, &format!("Shared resource found: {}", list.join(", "))));
+            let list: Vec<String> = set
+                .shared
+                .iter()
+                .map(|s| format!("{} is part of application {}", s.key, s.application))
+                .collect();
+            return Some(self.finish(
+                OperationPhase::Failed,
+                &format!("Shared resource found: {}", list.join(", ")),
+            ));
         }
         let allow_empty = self
             .input
             .policy
             .and_then(|p| p.automated.as_ref())
             .is_some_and(|a| a.allow_empty);
-        let would_prune = set.tasks.iter().any(|t| t.is_prune() && t.options.prune != PruneOption::Disabled);
+        let would_prune = set
+            .tasks
+            .iter()
+            .any(|t| t.is_prune() && t.options.prune != PruneOption::Disabled);
         if set.targets == 0 && sync.prune && would_prune && !allow_empty {
             return Some(self.finish(
                 OperationPhase::Error,
@@ -455,7 +475,11 @@ impl<'i, 'a> Planner<'i, 'a> {
     // --- results -----------------------------------------------------------------------------
 
     fn results(&self) -> &[ResourceResult] {
-        self.st.sync_result.as_ref().map(|r| r.resources.as_slice()).unwrap_or(&[])
+        self.st
+            .sync_result
+            .as_ref()
+            .map(|r| r.resources.as_slice())
+            .unwrap_or(&[])
     }
 
     fn results_mut(&mut self) -> &mut Vec<ResourceResult> {
@@ -474,8 +498,7 @@ impl<'i, 'a> Planner<'i, 'a> {
     /// `WithInitialState` + "enrich tasks with the result", then resolve intents left by a step whose outcome
     /// was never recorded. A prune intent whose object is gone (no task any more) was executed.
     fn enrich(&mut self, tasks: &mut [SyncTask<'_>]) {
-        let by_key: BTreeMap<String, ResourceResult> =
-            self.results().iter().map(|r| (row_key(r), r.clone())).collect();
+        let by_key: BTreeMap<String, ResourceResult> = self.results().iter().map(|r| (row_key(r), r.clone())).collect();
         let task_keys: BTreeSet<String> = tasks.iter().map(SyncTask::result_key).collect();
         for r in self.results_mut().iter_mut() {
             if is_intent(r) && is_prune_row(r) && !task_keys.contains(&row_key(r)) {
@@ -603,7 +626,11 @@ impl<'i, 'a> Planner<'i, 'a> {
         }
         if tasks.is_empty() {
             actions.delete_on_success = delete_on_success;
-            return self.finish_with(OperationPhase::Succeeded, "successfully synced (no more tasks)", actions);
+            return self.finish_with(
+                OperationPhase::Succeeded,
+                "successfully synced (no more tasks)",
+                actions,
+            );
         }
 
         let (phase, wave) = (tasks[0].phase, tasks[0].wave);
@@ -618,10 +645,14 @@ impl<'i, 'a> Planner<'i, 'a> {
         }
         let run = run_with(run.sync, run.opts, run.force);
         match self.run_group(&run, group, &mut actions) {
-            GroupRun::Blocked(reason) => self.wait(reason, WAIT_REQUEUE, Actions {
-                remove_finalizers: actions.remove_finalizers,
-                ..Actions::default()
-            }),
+            GroupRun::Blocked(reason) => self.wait(
+                reason,
+                WAIT_REQUEUE,
+                Actions {
+                    remove_finalizers: actions.remove_finalizers,
+                    ..Actions::default()
+                },
+            ),
             GroupRun::DeletingHooks => {
                 self.mark_group(phase, wave);
                 Step::Run {
@@ -648,7 +679,7 @@ impl<'i, 'a> Planner<'i, 'a> {
     }
 
     fn mark_group(&mut self, phase: SyncPhase, wave: i64) {
-        self.st.step = Some(SyncStep { phase, wave });
+        self.st.step = Some(SyncStep { phase, wave, ..Default::default() });
         self.plan.applied_at_ms = Some(self.now_ms);
     }
 
@@ -734,7 +765,10 @@ impl<'i, 'a> Planner<'i, 'a> {
         }
         let remaining = Duration::from_millis(due.saturating_sub(self.now_ms).max(0) as u64);
         Some(self.wait(
-            format!("waiting {}ms before sync wave {wave} of phase {phase:?}", remaining.as_millis()),
+            format!(
+                "waiting {}ms before sync wave {wave} of phase {phase:?}",
+                remaining.as_millis()
+            ),
             remaining,
             Actions {
                 remove_finalizers: actions.remove_finalizers,
@@ -755,7 +789,11 @@ impl<'i, 'a> Planner<'i, 'a> {
             let first = needs_confirmation[0];
             let mut msg = format!(
                 "Waiting for pruning confirmation of {}/{}/{}",
-                first.obj().get("apiVersion").and_then(Value::as_str).unwrap_or_default(),
+                first
+                    .obj()
+                    .get("apiVersion")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default(),
                 first.key.kind,
                 first.key.name
             );
@@ -843,7 +881,10 @@ impl<'i, 'a> Planner<'i, 'a> {
                 .filter_map(|t| t.message.as_deref())
                 .collect();
             if sync_fail.iter().any(|t| !t.successful()) {
-                message = format!("{message}\n{}", with_reasons("one or more SyncFail hooks failed", &failed));
+                message = format!(
+                    "{message}\n{}",
+                    with_reasons("one or more SyncFail hooks failed", &failed)
+                );
             }
             return self.finish_with(OperationPhase::Failed, &message, actions);
         }
@@ -883,7 +924,9 @@ impl<'i, 'a> Planner<'i, 'a> {
             };
             let (phase, message) = hook_phase(live);
             if phase == OperationPhase::Running || t.delete_on_failure() {
-                actions.delete.push(delete_action(t, DeleteReason::Terminated, Propagation::Foreground));
+                actions
+                    .delete
+                    .push(delete_action(t, DeleteReason::Terminated, Propagation::Foreground));
             }
             let status = t.status;
             if is_completed(phase) {
@@ -963,8 +1006,7 @@ enum GroupRun {
 /// History is recorded for successful, complete (not selective), real (not dry-run) syncs.
 fn record_history(st: &OperationState) -> bool {
     let sync = st.operation.sync.as_ref();
-    st.phase == OperationPhase::Succeeded
-        && sync.is_some_and(|s| !s.dry_run && s.resources.is_empty())
+    st.phase == OperationPhase::Succeeded && sync.is_some_and(|s| !s.dry_run && s.resources.is_empty())
 }
 
 fn sync_force(sync: &SyncOperation) -> bool {
@@ -1007,7 +1049,10 @@ fn running_message(tasks: &[&SyncTask<'_>], deletion: bool) -> String {
         (false, true) => ("completion of hook", "hooks"),
         (false, false) => ("healthy state of", "resources"),
     };
-    let mut msg = format!("waiting for {waiting_for} {}/{}/{}", first.key.group, first.key.kind, first.key.name);
+    let mut msg = format!(
+        "waiting for {waiting_for} {}/{}/{}",
+        first.key.group, first.key.kind, first.key.name
+    );
     if tasks.len() > 1 {
         msg.push_str(&format!(" and {} more {more}", tasks.len() - 1));
     }
@@ -1033,7 +1078,8 @@ fn completed_hook_finalizers(tasks: &[SyncTask<'_>]) -> Vec<ObjectRef> {
 /// Apply mode: `Replace=true` creates or replaces, except CRDs and Namespaces (replacing those would delete every
 /// instance or everything inside); otherwise server-side apply with field manager `capstan`, forcing conflicts.
 pub fn apply_mode(t: &SyncTask<'_>, force: bool) -> ApplyMode {
-    let protected = t.target.as_ref().is_some_and(order::is_crd) || (t.key.kind == "Namespace" && t.key.group.is_empty());
+    let protected =
+        t.target.as_ref().is_some_and(order::is_crd) || (t.key.kind == "Namespace" && t.key.group.is_empty());
     if t.options.replace && !protected {
         if t.live.is_some() {
             ApplyMode::Replace {
@@ -1101,8 +1147,7 @@ fn is_intent(r: &ResourceResult) -> bool {
     r.status.is_none() && r.hook_phase == Some(OperationPhase::Running)
 }
 
-/// Rows of prune intents are marked with the message written by [`record_outcome`]'s counterpart: prune intents
-/// carry no hook type and the message `pruning`.
+/// A prune intent: an intent row with the message `pruning` (written by `plan_prune`).
 fn is_prune_row(r: &ResourceResult) -> bool {
     r.message.as_deref() == Some(PRUNE_INTENT)
 }
@@ -1120,7 +1165,10 @@ pub fn record_outcome(out: &StepOutput, outcome: &Outcome, now: Timestamp) -> (O
     let mut st = out.state.clone();
     let mut plan = out.plan_state.clone();
     let dry_run_op = st.operation.sync.as_ref().is_some_and(|s| s.dry_run);
-    let rows = &mut st.sync_result.get_or_insert_with(SyncOperationResult::default).resources;
+    let rows = &mut st
+        .sync_result
+        .get_or_insert_with(SyncOperationResult::default)
+        .resources;
     match &out.step {
         Step::Validate { actions } => {
             plan.validated = true;
@@ -1128,19 +1176,37 @@ pub fn record_outcome(out: &StepOutput, outcome: &Outcome, now: Timestamp) -> (O
             for a in &actions.apply {
                 if let Some(Err(e)) = outcome.applied.get(&a.id) {
                     let msg = truncate(e, MAX_MESSAGE_CHARS);
-                    upsert(rows, &a.record, Some(ResultCode::SyncFailed), Some(OperationPhase::Failed), Some(msg.clone()));
+                    upsert(
+                        rows,
+                        &a.record,
+                        Some(ResultCode::SyncFailed),
+                        Some(OperationPhase::Failed),
+                        Some(msg.clone()),
+                    );
                     failures.push(msg);
                 }
             }
             if !failures.is_empty() {
                 let refs: Vec<&str> = failures.iter().map(String::as_str).collect();
-                complete(&mut st, OperationPhase::Failed, &with_reasons("one or more objects failed to apply (dry run)", &refs), now);
+                complete(
+                    &mut st,
+                    OperationPhase::Failed,
+                    &with_reasons("one or more objects failed to apply (dry run)", &refs),
+                    now,
+                );
             }
         }
-        Step::Run { actions, final_group, .. } => {
+        Step::Run {
+            actions, final_group, ..
+        } => {
             let all_ok = record_actions(rows, actions, outcome, dry_run_op);
             if *final_group && all_ok {
-                complete(&mut st, OperationPhase::Succeeded, "successfully synced (all tasks run)", now);
+                complete(
+                    &mut st,
+                    OperationPhase::Succeeded,
+                    "successfully synced (all tasks run)",
+                    now,
+                );
             }
         }
         Step::SyncFail { actions } => {
@@ -1156,10 +1222,22 @@ fn record_actions(rows: &mut Vec<ResourceResult>, actions: &Actions, outcome: &O
     let mut all_ok = true;
     for a in &actions.prune {
         match outcome.pruned.get(&a.id) {
-            Some(Ok(_)) => upsert(rows, &a.record, Some(ResultCode::Pruned), Some(OperationPhase::Succeeded), Some("pruned".into())),
+            Some(Ok(_)) => upsert(
+                rows,
+                &a.record,
+                Some(ResultCode::Pruned),
+                Some(OperationPhase::Succeeded),
+                Some("pruned".into()),
+            ),
             Some(Err(e)) => {
                 all_ok = false;
-                upsert(rows, &a.record, Some(ResultCode::SyncFailed), Some(OperationPhase::Failed), Some(e.clone()));
+                upsert(
+                    rows,
+                    &a.record,
+                    Some(ResultCode::SyncFailed),
+                    Some(OperationPhase::Failed),
+                    Some(e.clone()),
+                );
             }
             None => {
                 all_ok = false;
@@ -1178,13 +1256,29 @@ fn record_actions(rows: &mut Vec<ResourceResult>, actions: &Actions, outcome: &O
             None => all_ok = false,
         }
     }
-    let running = if dry_run_op { OperationPhase::Succeeded } else { OperationPhase::Running };
+    let running = if dry_run_op {
+        OperationPhase::Succeeded
+    } else {
+        OperationPhase::Running
+    };
     for a in &actions.apply {
         match outcome.applied.get(&a.id) {
-            Some(Ok(msg)) => upsert(rows, &a.record, Some(ResultCode::Synced), Some(running), Some(msg.clone())),
+            Some(Ok(msg)) => upsert(
+                rows,
+                &a.record,
+                Some(ResultCode::Synced),
+                Some(running),
+                Some(msg.clone()),
+            ),
             Some(Err(e)) => {
                 all_ok = false;
-                upsert(rows, &a.record, Some(ResultCode::SyncFailed), Some(OperationPhase::Failed), Some(e.clone()));
+                upsert(
+                    rows,
+                    &a.record,
+                    Some(ResultCode::SyncFailed),
+                    Some(OperationPhase::Failed),
+                    Some(e.clone()),
+                );
             }
             None => {
                 all_ok = false;
@@ -1209,7 +1303,9 @@ fn upsert(
     message: Option<String>,
 ) {
     let key = row_key(record);
-    let message = message.filter(|m| !m.is_empty()).map(|m| truncate(&m, MAX_MESSAGE_CHARS));
+    let message = message
+        .filter(|m| !m.is_empty())
+        .map(|m| truncate(&m, MAX_MESSAGE_CHARS));
     match rows.iter_mut().find(|r| row_key(r) == key) {
         Some(r) => {
             r.status = status;

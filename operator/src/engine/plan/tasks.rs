@@ -85,7 +85,10 @@ impl<'a> SyncTask<'a> {
 
     /// Running (applied and waiting for health or completion).
     pub fn running(&self) -> bool {
-        matches!(self.op_phase, Some(OperationPhase::Running | OperationPhase::Terminating))
+        matches!(
+            self.op_phase,
+            Some(OperationPhase::Running | OperationPhase::Terminating)
+        )
     }
 
     /// Finished, successfully or not.
@@ -336,7 +339,10 @@ fn find_live<'a>(
     let key = ObjectKey::of(target);
     let mut candidates = vec![key.clone()];
     if scopes.namespaced(target).is_none() {
-        candidates.push(ObjectKey { namespace: String::new(), ..key.clone() });
+        candidates.push(ObjectKey {
+            namespace: String::new(),
+            ..key.clone()
+        });
     }
     for k in candidates {
         if let Some(l) = index.get(&k) {
@@ -437,7 +443,11 @@ fn hook_tasks<'a>(
 /// case. The same operation always yields the same name, so a restart finds the instance it created.
 pub fn hook_name(generate_name: &str, input: &TaskSetInput<'_>, phase: SyncPhase) -> String {
     let rev = input.ctx.revision;
-    let short = if rev.chars().count() >= 8 { rev.chars().take(7).collect() } else { rev.to_string() };
+    let short = if rev.chars().count() >= 8 {
+        rev.chars().take(7).collect()
+    } else {
+        rev.to_string()
+    };
     let postfix = format!("{short}-{phase:?}-{}", input.started_unix).to_lowercase();
     format!("{generate_name}{postfix}")
 }
@@ -488,9 +498,10 @@ fn namespace_task<'a>(input: &TaskSetInput<'a>) -> Option<SyncTask<'a>> {
     if !input.options.create_namespace || ns.is_empty() {
         return None;
     }
-    let declared = input.desired.iter().any(|o| {
-        object::kind(o) == "Namespace" && object::group_version(o).0.is_empty() && object::name(o) == ns
-    });
+    let declared = input
+        .desired
+        .iter()
+        .any(|o| object::kind(o) == "Namespace" && object::group_version(o).0.is_empty() && object::name(o) == ns);
     if declared {
         return None;
     }
@@ -514,7 +525,11 @@ fn managed_namespace(ns: &str, meta: Option<&ManagedNamespaceMetadata>) -> Value
             set_meta(&mut obj, "labels", serde_json::to_value(&m.labels).unwrap_or_default());
         }
         if !m.annotations.is_empty() {
-            set_meta(&mut obj, "annotations", serde_json::to_value(&m.annotations).unwrap_or_default());
+            set_meta(
+                &mut obj,
+                "annotations",
+                serde_json::to_value(&m.annotations).unwrap_or_default(),
+            );
         }
     }
     obj
@@ -581,9 +596,11 @@ impl<'a> ScopeResolver<'a> {
         let mut target = obj.clone();
         match self.namespaced(obj) {
             Some(false) => remove_meta(&mut target, "namespace"),
-            _ if object::namespace(obj).is_empty() && !self.ctx.destination_namespace.is_empty() => {
-                set_meta(&mut target, "namespace", Value::String(self.ctx.destination_namespace.to_string()))
-            }
+            _ if object::namespace(obj).is_empty() && !self.ctx.destination_namespace.is_empty() => set_meta(
+                &mut target,
+                "namespace",
+                Value::String(self.ctx.destination_namespace.to_string()),
+            ),
             _ => {}
         }
         target
@@ -665,13 +682,30 @@ mod tests {
                 "annotations": {"argocd.argoproj.io/hook": "Skip"}}}),
         ];
         let live = vec![
-            tracked(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg", "namespace": "shop"}}), "capstan/shop"),
-            tracked(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "old", "namespace": "shop"}}), "capstan/shop"),
-            tracked(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "theirs", "namespace": "shop"}}), "capstan/other"),
-            LiveObject::new(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "untracked", "namespace": "shop"}})),
-            tracked(json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "skipped", "namespace": "shop"}}), "capstan/shop"),
-            tracked(json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "old-hook", "namespace": "shop",
-                "annotations": {"argocd.argoproj.io/hook": "PreSync"}}}), "capstan/shop"),
+            tracked(
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg", "namespace": "shop"}}),
+                "capstan/shop",
+            ),
+            tracked(
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "old", "namespace": "shop"}}),
+                "capstan/shop",
+            ),
+            tracked(
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "theirs", "namespace": "shop"}}),
+                "capstan/other",
+            ),
+            LiveObject::new(
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "untracked", "namespace": "shop"}}),
+            ),
+            tracked(
+                json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "skipped", "namespace": "shop"}}),
+                "capstan/shop",
+            ),
+            tracked(
+                json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "old-hook", "namespace": "shop",
+                "annotations": {"argocd.argoproj.io/hook": "PreSync"}}}),
+                "capstan/shop",
+            ),
         ];
         // The hook annotation must survive `tracked` for the live hook.
         let mut live = live;
@@ -699,8 +733,10 @@ mod tests {
     #[test]
     fn generated_hook_names_are_stable() {
         let ctx = ctx();
-        let desired = vec![json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"generateName": "smoke-",
-            "annotations": {"helm.sh/hook": "post-install"}}})];
+        let desired = vec![
+            json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"generateName": "smoke-",
+            "annotations": {"helm.sh/hook": "post-install"}}}),
+        ];
         let opts = AppOptions::default();
         let a = build_tasks(&input(&ctx, &desired, &[], &opts)).expect("valid");
         let b = build_tasks(&input(&ctx, &desired, &[], &opts)).expect("valid");
@@ -765,8 +801,11 @@ mod tests {
                 "example.com/Widget:shop/w:Sync",
             ]
         );
-        assert!(set.tasks.iter().filter(|t| t.key.group == "example.com").all(|t| t.skip_dry_run_if_missing
-            == (t.key.kind == "Gizmo")));
+        assert!(set
+            .tasks
+            .iter()
+            .filter(|t| t.key.group == "example.com")
+            .all(|t| t.skip_dry_run_if_missing == (t.key.kind == "Gizmo")));
     }
 
     #[test]
@@ -775,21 +814,38 @@ mod tests {
         let desired = vec![json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}})];
         let opts = AppOptions::parse([["CreateNamespace=true".to_string()].as_slice()]);
         let set = build_tasks(&input(&ctx, &desired, &[], &opts)).expect("valid");
-        let ns = set.tasks.iter().find(|t| t.key.kind == "Namespace").expect("namespace task");
+        let ns = set
+            .tasks
+            .iter()
+            .find(|t| t.key.kind == "Namespace")
+            .expect("namespace task");
         assert_eq!(ns.phase, SyncPhase::PreSync);
         assert!(!ns.track);
-        assert!(set.tasks.iter().find(|t| t.key.name == "a").is_some_and(|t| t.skip_dry_run_if_missing));
+        assert!(set
+            .tasks
+            .iter()
+            .find(|t| t.key.name == "a")
+            .is_some_and(|t| t.skip_dry_run_if_missing));
         let live_ns = LiveObject::new(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}}));
         let mut exists = input(&ctx, &desired, &[], &opts);
         exists.namespace_live = Some(&live_ns);
-        assert!(build_tasks(&exists).expect("valid").tasks.iter().all(|t| t.key.kind != "Namespace"));
+        assert!(build_tasks(&exists)
+            .expect("valid")
+            .tasks
+            .iter()
+            .all(|t| t.key.kind != "Namespace"));
     }
 
     #[test]
     fn invalid_objects_are_reported_not_panicked_on() {
         let ctx = ctx();
         let opts = AppOptions::default();
-        for bad in [json!(null), json!("x"), json!({"kind": "ConfigMap"}), json!({"apiVersion": "v1", "kind": "X"})] {
+        for bad in [
+            json!(null),
+            json!("x"),
+            json!({"kind": "ConfigMap"}),
+            json!({"apiVersion": "v1", "kind": "X"}),
+        ] {
             let desired = vec![bad];
             assert!(build_tasks(&input(&ctx, &desired, &[], &opts)).is_err());
         }
