@@ -1,6 +1,7 @@
 //! Capstan: a Kubernetes GitOps operator that delivers what Git declares.
 
 pub mod api;
+pub mod appset;
 pub mod crdgen;
 pub mod engine;
 pub mod render;

@@ -148,7 +148,7 @@ pub fn call(name: &str, args: Vec<Val>, options: &GoOptions) -> R {
             "{}\n",
             args.iter().map(fmt_v).collect::<Vec<_>>().join(" ")
         ))),
-        "printf" => printf(&args),
+        "printf" => printf(&args, options),
         "urlquery" => Ok(some_str(query_escape(&sprint(&args)))),
         _ => call_sprig(name, &args, options),
     }
@@ -170,11 +170,11 @@ fn call_sprig(name: &str, args: &[Val], options: &GoOptions) -> R {
         "contains" => two_strings_bool(args, |sub, s| s.contains(sub)),
         "hasPrefix" => two_strings_bool(args, |p, s| s.starts_with(p)),
         "hasSuffix" => two_strings_bool(args, |p, s| s.ends_with(p)),
-        "replace" => replace(args),
+        "replace" => replace(args, options),
         "trunc" => trunc(args),
         "substr" => substr(args),
         "repeat" => repeat(args, options),
-        "indent" | "nindent" => indent(name == "nindent", args),
+        "indent" | "nindent" => indent(name == "nindent", args, options),
         "cat" => Ok(some_str(
             args.iter()
                 .filter(|a| !is_nil(a))
@@ -197,7 +197,7 @@ fn call_sprig(name: &str, args: &[Val], options: &GoOptions) -> R {
                 .join(" "),
         )),
         "split" | "splitList" => split(name == "split", args),
-        "join" => join(args),
+        "join" => join(args, options),
         "toString" => Ok(some_str(strval(one(args)?))),
         _ => call_logic_and_numbers(name, args),
     }
@@ -555,11 +555,22 @@ fn query_escape(s: &str) -> String {
 // ---------------------------------------------------------------------------------------------
 // printf
 
-fn printf(args: &[Val]) -> R {
+fn printf(args: &[Val], options: &GoOptions) -> R {
     let (format, rest) = args
         .split_first()
         .ok_or("wrong number of args for printf: want at least 1 got 0")?;
-    Ok(some_str(sprintf(&string_arg(format)?, rest)))
+    Ok(some_str(sprintf(&string_arg(format)?, rest, options.max_output)?))
+}
+
+/// Refuses a result that would exceed the output bound, before building it.
+fn check_size(size: usize, options: &GoOptions) -> Result<(), String> {
+    if size > options.max_output {
+        return Err(format!(
+            "result of {size} bytes exceeds the limit of {} bytes",
+            options.max_output
+        ));
+    }
+    Ok(())
 }
 
 #[derive(Default)]
@@ -576,7 +587,7 @@ struct Spec {
 /// Go's `fmt.Sprintf` for the verbs templates use: `%v %s %d %q %t %f %F %e %g %x %X %o %b %c
 /// %%`, with flags `-+ 0#`, width and precision; Go's `%!verb(type=value)`, `%!v(MISSING)`
 /// and `%!(EXTRA ...)` markers for mismatches.
-pub(crate) fn sprintf(format: &str, args: &[Val]) -> String {
+pub(crate) fn sprintf(format: &str, args: &[Val], max_output: usize) -> Result<String, String> {
     let mut out = String::new();
     let mut chars = format.chars().peekable();
     let mut next_arg = 0;
@@ -617,6 +628,9 @@ pub(crate) fn sprintf(format: &str, args: &[Val]) -> String {
         next_arg += 1;
         let body = format_verb(verb, &spec, arg);
         out.push_str(&pad(body, &spec, verb, arg));
+        if out.len() > max_output {
+            return Err(format!("printf output exceeds {max_output} bytes"));
+        }
     }
     if next_arg < args.len() {
         let extra: Vec<String> = args[next_arg..]
@@ -625,7 +639,7 @@ pub(crate) fn sprintf(format: &str, args: &[Val]) -> String {
             .collect();
         out.push_str(&format!("%!(EXTRA {})", extra.join(", ")));
     }
-    out
+    Ok(out)
 }
 
 fn take_number(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) -> Option<usize> {
@@ -817,9 +831,18 @@ fn b64dec(s: &str) -> String {
     }
 }
 
-fn replace(args: &[Val]) -> R {
+fn replace(args: &[Val], options: &GoOptions) -> R {
     match args {
-        [old, new, s] => Ok(some_str(string_arg(s)?.replace(&string_arg(old)?, &string_arg(new)?))),
+        [old, new, s] => {
+            let (old, new, s) = (string_arg(old)?, string_arg(new)?, string_arg(s)?);
+            let count = if old.is_empty() {
+                s.chars().count() + 1
+            } else {
+                s.matches(old.as_str()).count()
+            };
+            check_size(s.len().saturating_add(count.saturating_mul(new.len())), options)?;
+            Ok(some_str(s.replace(&old, &new)))
+        }
         _ => Err(format!("wrong number of args for replace: want 3 got {}", args.len())),
     }
 }
@@ -881,10 +904,13 @@ fn repeat(args: &[Val], options: &GoOptions) -> R {
     Ok(some_str(s.repeat(n)))
 }
 
-fn indent(newline: bool, args: &[Val]) -> R {
+fn indent(newline: bool, args: &[Val], options: &GoOptions) -> R {
     let (n, s) = two(args)?;
     let pad = " ".repeat(int_arg(n)?.clamp(0, 1024) as usize);
-    let body = format!("{pad}{}", string_arg(s)?.replace('\n', &format!("\n{pad}")));
+    let text = string_arg(s)?;
+    let lines = text.matches('\n').count() + 1;
+    check_size(text.len().saturating_add(lines.saturating_mul(pad.len() + 1)), options)?;
+    let body = format!("{pad}{}", text.replace('\n', &format!("\n{pad}")));
     Ok(some_str(if newline { format!("\n{body}") } else { body }))
 }
 
@@ -910,9 +936,12 @@ fn split(as_map: bool, args: &[Val]) -> R {
     }
 }
 
-fn join(args: &[Val]) -> R {
+fn join(args: &[Val], options: &GoOptions) -> R {
     let (sep, list) = two(args)?;
     let sep = string_arg(sep)?;
+    if let Some(Value::Array(items)) = list {
+        check_size(items.len().saturating_mul(sep.len()), options)?;
+    }
     let parts: Vec<String> = match list {
         Some(Value::Array(items)) => items
             .iter()

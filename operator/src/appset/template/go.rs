@@ -105,15 +105,15 @@ impl Template {
 
     /// Executes the template with `data` as `.` and `$`.
     pub fn execute(&self, data: &Value, options: &GoOptions) -> Result<String, String> {
+        let root: Val = Some(data.clone());
         let mut exec = Exec {
             options,
-            root: data,
+            root: &root,
             vars: Vec::new(),
             steps: 0,
             out: String::new(),
         };
-        let dot = Some(data.clone());
-        match exec.walk_list(&self.nodes, &dot)? {
+        match exec.walk_list(&self.nodes, &root)? {
             Flow::Normal => Ok(exec.out),
             Flow::Break | Flow::Continue => Err("{{break}} or {{continue}} outside {{range}}".to_owned()),
         }
@@ -299,7 +299,7 @@ impl Lexer<'_> {
                 let n = self.lex_char()?;
                 self.tokens.push(Tok::Num(Num::Int(n)));
             }
-            '.' => self.lex_dot(),
+            '.' => self.lex_dot()?,
             '$' => {
                 self.pos += 1;
                 let name = self.take_ident();
@@ -337,19 +337,20 @@ impl Lexer<'_> {
         word
     }
 
-    fn lex_dot(&mut self) {
-        self.pos += 1;
-        match self.peek() {
+    fn lex_dot(&mut self) -> Result<(), String> {
+        match self.rest()[1..].chars().next() {
             Some(c) if c.is_alphabetic() || c == '_' => {
+                self.pos += 1;
                 let name = self.take_ident();
                 self.tokens.push(Tok::Field(name));
+                Ok(())
             }
-            Some(c) if c.is_ascii_digit() => {
-                // `.5` is a number.
-                self.pos -= 1;
-                let _ = self.lex_number();
+            // `.5` is a number.
+            Some(c) if c.is_ascii_digit() => self.lex_number(),
+            _ => {
+                self.single(Tok::Dot);
+                Ok(())
             }
-            _ => self.tokens.push(Tok::Dot),
         }
     }
 
@@ -793,7 +794,7 @@ enum Flow {
 
 struct Exec<'a> {
     options: &'a GoOptions,
-    root: &'a Value,
+    root: &'a Val,
     vars: Vec<(String, Val)>,
     steps: usize,
     out: String,
@@ -879,6 +880,7 @@ impl Exec<'_> {
             cmds: pipe.cmds.clone(),
         };
         let value = self.eval_pipe(&plain, dot)?;
+        self.charge(&value)?;
         let entries = range_entries(&value)?;
         if entries.is_empty() {
             self.vars.truncate(mark);
@@ -956,7 +958,9 @@ impl Exec<'_> {
         if let Some(last) = last {
             values.push(last);
         }
-        funcs::call(name, values, self.options).map_err(|e| format!("error calling {name}: {e}"))
+        let result = funcs::call(name, values, self.options).map_err(|e| format!("error calling {name}: {e}"))?;
+        self.charge(&result)?;
+        Ok(result)
     }
 
     fn call_logic(&mut self, is_and: bool, args: &[Arg], dot: &Val, last: Option<Val>) -> Result<Val, String> {
@@ -981,68 +985,107 @@ impl Exec<'_> {
     }
 
     fn eval_arg(&mut self, arg: &Arg, dot: &Val) -> Result<Val, String> {
-        match arg {
-            Arg::Dot => Ok(dot.clone()),
-            Arg::Nil => Ok(Some(Value::Null)),
-            Arg::Bool(b) => Ok(Some(Value::Bool(*b))),
-            Arg::Num(Num::Int(i)) => Ok(Some(Value::from(*i))),
-            Arg::Num(Num::Float(f)) => Ok(Some(
-                serde_json::Number::from_f64(*f).map_or(Value::Null, Value::Number),
-            )),
-            Arg::Str(s) => Ok(Some(Value::String(s.clone()))),
-            Arg::Field(names) => self.field_chain(dot.clone(), names),
-            Arg::Var(name, names) => {
-                let value = self.lookup_var(name)?;
-                self.field_chain(value, names)
+        let value = match arg {
+            Arg::Nil => return Ok(Some(Value::Null)),
+            Arg::Bool(b) => return Ok(Some(Value::Bool(*b))),
+            Arg::Num(Num::Int(i)) => return Ok(Some(Value::from(*i))),
+            Arg::Num(Num::Float(f)) => {
+                return Ok(Some(
+                    serde_json::Number::from_f64(*f).map_or(Value::Null, Value::Number),
+                ));
             }
-            Arg::Func(name) => self.call(name, &[], dot, None),
+            Arg::Str(s) => return Ok(Some(Value::String(s.clone()))),
+            Arg::Func(name) => return self.call(name, &[], dot, None),
+            Arg::Dot => dot.clone(),
+            Arg::Field(names) => self.select_chain(dot, names)?,
+            Arg::Var(name, names) => {
+                let base = self.var_ref(name)?;
+                self.select_chain(base, names)?
+            }
             Arg::Chain(pipe, names) => {
                 let mark = self.vars.len();
                 let value = self.eval_pipe(pipe, dot)?;
                 self.vars.truncate(mark);
-                self.field_chain(value, names)
+                self.select_chain(&value, names)?
             }
-        }
+        };
+        self.charge(&value)?;
+        Ok(value)
     }
 
-    fn lookup_var(&self, name: &str) -> Result<Val, String> {
+    /// Charges steps for copying a value, so loops that copy large parameters stay bounded.
+    fn charge(&mut self, value: &Val) -> Result<(), String> {
+        if let Some(v) = value {
+            self.steps += approx_nodes(v, COPY_COST_CAP) / 8;
+        }
+        self.step()
+    }
+
+    fn var_ref(&self, name: &str) -> Result<&Val, String> {
         if name == "$" {
-            return Ok(Some(self.root.clone()));
+            return Ok(self.root);
         }
         self.vars
             .iter()
             .rev()
             .find(|(n, _)| n == name)
-            .map(|(_, v)| v.clone())
+            .map(|(_, v)| v)
             .ok_or_else(|| format!("undefined variable: {name}"))
     }
 
-    fn field_chain(&self, mut value: Val, names: &[String]) -> Result<Val, String> {
+    /// Follows `.a.b` from `base` by reference and copies only the selected value.
+    fn select_chain(&self, base: &Val, names: &[String]) -> Result<Val, String> {
+        let mut current = base.as_ref();
         for name in names {
-            value = self.field(value, name)?;
+            current = self.select(current, name)?;
         }
-        Ok(value)
+        Ok(current.cloned())
     }
 
     /// `.name` on one value, with Go's errors and `missingkey` handling.
-    fn field(&self, receiver: Val, name: &str) -> Result<Val, String> {
+    fn select<'v>(&self, receiver: Option<&'v Value>, name: &str) -> Result<Option<&'v Value>, String> {
         match receiver {
             None if self.options.missing_key == MissingKey::Error => {
                 Err(format!("nil data; no entry for key {name:?}"))
             }
             None => Ok(None),
-            Some(Value::Object(mut map)) => match map.remove(name) {
+            Some(Value::Object(map)) => match map.get(name) {
                 Some(v) => Ok(Some(v)),
                 None => match self.options.missing_key {
                     MissingKey::Default => Ok(None),
-                    MissingKey::Zero => Ok(Some(Value::Null)),
+                    MissingKey::Zero => Ok(Some(&NULL)),
                     MissingKey::Error => Err(format!("map has no entry for key {name:?}")),
                 },
             },
             Some(Value::Null) => Err(format!("nil pointer evaluating interface {{}}.{name}")),
-            Some(other) => Err(format!("can't evaluate field {name} in type {}", go_type(&other))),
+            Some(other) => Err(format!("can't evaluate field {name} in type {}", go_type(other))),
         }
     }
+}
+
+static NULL: Value = Value::Null;
+
+/// Most nodes counted when charging for a copy (a copy then costs at most `COPY_COST_CAP / 8`
+/// steps, so a default budget allows a handful of copies of the largest values).
+const COPY_COST_CAP: usize = 80_000;
+
+/// Counts the nodes of `value` (string bytes / 64 included), stopping at `cap`.
+fn approx_nodes(value: &Value, cap: usize) -> usize {
+    let mut count = 0usize;
+    let mut stack = vec![value];
+    while let Some(v) = stack.pop() {
+        count += 1;
+        match v {
+            Value::String(s) => count += s.len() / 64,
+            Value::Array(items) => stack.extend(items.iter()),
+            Value::Object(map) => stack.extend(map.values()),
+            _ => {}
+        }
+        if count >= cap {
+            return cap;
+        }
+    }
+    count
 }
 
 /// What `range` iterates: list elements with their index, map values with their (sorted) key,

@@ -102,6 +102,7 @@ fn trim_markers_and_comments() {
     assert_eq!(run("a {{/* comment */}} b"), "a  b");
     assert_eq!(run("a {{- /* comment */ -}} b"), "ab");
     assert_eq!(run("{{ -3 }}"), "-3");
+    assert_eq!(run("{{ .5 }} {{ 0x1F }} {{ 1_000 }} {{ 'a' }}"), "0.5 31 1000 97");
 }
 
 #[test]
@@ -189,6 +190,10 @@ fn errors_are_reported_not_panics() {
         "{{(.a}}",
         "{{\"x}}",
         "{{define \"x\"}}{{end}}",
+        "{{ .5x }}",
+        "{{ 1.2.3 }}",
+        "{{ $undefined }}",
+        "{{ else }}",
     ] {
         assert!(render(bad, &data(), &GoOptions::default()).is_err(), "{bad}");
     }
@@ -213,6 +218,34 @@ fn execution_is_bounded() {
         .unwrap_err()
         .contains("output"));
     assert!(render("{{repeat 1000 \"abc\"}}", &data(), &options).is_err());
+    // Work that copies or grows values is charged too.
+    let options = GoOptions {
+        max_output: 1 << 16,
+        ..GoOptions::default()
+    };
+    assert!(render(
+        "{{replace \"\" (repeat 1000 \"y\") (repeat 1000 \"x\")}}",
+        &data(),
+        &options
+    )
+    .is_err());
+    assert!(render("{{indent 1000 (repeat 60000 \"\\n\")}}", &data(), &options).is_err());
+    assert!(render(
+        "{{printf \"%10000d%10000d%10000d%10000d%10000d%10000d%10000d\" 1 2 3 4 5 6 7}}",
+        &data(),
+        &options
+    )
+    .is_err());
+    let grow = "{{$l := list}}{{range 100000}}{{$l = append $l .}}{{end}}{{len $l}}";
+    assert!(render(grow, &data(), &GoOptions::default())
+        .unwrap_err()
+        .contains("steps"));
+    let mut big = data();
+    big["blob"] = Value::Array((0..50_000).map(Value::from).collect());
+    let copies = "{{range 100000}}{{$x := $.blob}}{{end}}";
+    assert!(render(copies, &big, &GoOptions::default())
+        .unwrap_err()
+        .contains("steps"));
     let deep = format!("{}x{}", "{{if true}}".repeat(200), "{{end}}".repeat(200));
     assert!(render(&deep, &data(), &GoOptions::default())
         .unwrap_err()
@@ -229,4 +262,45 @@ fn renderer_templates_strings_and_keys() {
     let out = renderer.render_value(&template, &params).unwrap();
     assert_eq!(out, json!({"metadata": {"labels": {"team-web": "guestbook"}}, "n": 3}));
     assert!(Renderer::new(true, &["missingkey=bogus".to_owned()], GoOptions::default()).is_err());
+}
+
+#[test]
+fn mutated_templates_never_panic_or_hang() {
+    let seeds = [
+        "{{ if and (eq .a \"x\") .b }}{{ range $i, $v := .list }}{{ $i }}{{ printf \"%5.2f\" 1.5 }}{{ end }}{{ end }}",
+        "{{- with .path -}}{{ .basename | upper | trunc -3 }}{{ else }}{{ toJson . }}{{ end -}}",
+        "{{/* c */}}{{ index .m \"k\" 0 }}{{ (split \"/\" .p)._0 }}{{ 'x' }}{{ `raw` }}",
+    ];
+    let alphabet: Vec<char> = "{}()|$.\"'`-/* ,:=abx0129\\\n".chars().collect();
+    let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for seed in seeds {
+        for _ in 0..400 {
+            let mut chars: Vec<char> = seed.chars().collect();
+            for _ in 0..3 {
+                let pos = (next() as usize) % chars.len();
+                match next() % 3 {
+                    0 => chars[pos] = alphabet[(next() as usize) % alphabet.len()],
+                    1 => chars.insert(pos, alphabet[(next() as usize) % alphabet.len()]),
+                    _ => {
+                        chars.remove(pos);
+                    }
+                }
+            }
+            let template: String = chars.into_iter().collect();
+            let _ = render(
+                &template,
+                &data(),
+                &GoOptions {
+                    max_steps: 10_000,
+                    ..GoOptions::default()
+                },
+            );
+        }
+    }
 }
