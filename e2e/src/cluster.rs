@@ -1,0 +1,160 @@
+//! One devcluster per test, plus the files and clients that talk to it.
+
+use std::{
+    path::Path,
+    sync::atomic::{AtomicUsize, Ordering},
+};
+
+use devcluster::{DevCluster, RequestRecord};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::{
+    api::{ObjectMeta, PostParams},
+    config::{KubeConfigOptions, Kubeconfig},
+    Api, Client,
+};
+use tempfile::TempDir;
+use tokio::sync::OnceCell;
+
+use crate::kubectl::{Kubectl, KubectlOutput, KubectlWatch};
+
+/// An in-process devcluster with a kubeconfig and a kubectl cache of its own.
+///
+/// Dropping it shuts the server down and deletes the temporary directory.
+pub struct TestCluster {
+    // Declared first so the server stops before its kubeconfig disappears.
+    dev: DevCluster,
+    dir: TempDir,
+    kubectl: Kubectl,
+    client: OnceCell<Client>,
+}
+
+impl TestCluster {
+    /// Starts a devcluster with the default configuration (random loopback port, minor version 32).
+    pub fn start() -> Self {
+        Self::start_with(devcluster::Config::default())
+    }
+
+    /// Starts a devcluster with `config`, for tests that tune history or bookmarks.
+    pub fn start_with(config: devcluster::Config) -> Self {
+        let dev = devcluster::start(config).expect("devcluster starts");
+        let dir = tempfile::Builder::new()
+            .prefix("capstan-e2e-")
+            .tempdir()
+            .expect("a temporary directory");
+        let kubeconfig = dir.path().join("kubeconfig");
+        dev.write_kubeconfig(&kubeconfig)
+            .expect("the kubeconfig can be written");
+        let kubectl = Kubectl::new(kubeconfig, dir.path().join("kubectl-cache"));
+        Self {
+            dev,
+            dir,
+            kubectl,
+            client: OnceCell::new(),
+        }
+    }
+
+    /// The server itself, for its test hooks (compaction, faults, latency).
+    pub fn dev(&self) -> &DevCluster {
+        &self.dev
+    }
+
+    pub fn url(&self) -> String {
+        self.dev.url()
+    }
+
+    pub fn kubeconfig_path(&self) -> &Path {
+        self.kubectl.kubeconfig()
+    }
+
+    /// A scratch directory that lives as long as the cluster (manifests, logs of child processes).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// A kube-rs client configured from the same kubeconfig kubectl uses, so both clients see the
+    /// server exactly as a user would configure them. Built once per test.
+    pub async fn client(&self) -> Client {
+        self.client
+            .get_or_init(|| async {
+                let kubeconfig = Kubeconfig::read_from(self.kubeconfig_path()).expect("the kubeconfig parses");
+                let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                    .await
+                    .expect("kube-rs accepts the kubeconfig");
+                Client::try_from(config).expect("a kube-rs client")
+            })
+            .await
+            .clone()
+    }
+
+    /// Creates a namespace with a unique name starting with `prefix`, and returns its name.
+    ///
+    /// Each test gets its own devcluster already; a fresh namespace on top keeps tests honest about
+    /// namespacing (nothing silently works only in `default`) and lets one test hold several.
+    pub async fn with_namespace(&self, prefix: &str) -> String {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let name = format!(
+            "{prefix}-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let ns = Namespace {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                ..ObjectMeta::default()
+            },
+            ..Namespace::default()
+        };
+        Api::<Namespace>::all(self.client().await)
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap_or_else(|e| panic!("namespace {name} cannot be created: {e}"));
+        name
+    }
+
+    /// Every request the server has answered so far, oldest first.
+    pub fn requests(&self) -> Vec<RequestRecord> {
+        self.dev.request_log()
+    }
+
+    /// kubectl bound to this cluster, for code that only needs the runner.
+    pub fn kubectl_runner(&self) -> &Kubectl {
+        &self.kubectl
+    }
+
+    /// Runs `kubectl <args>`; see [`Kubectl::run`].
+    pub async fn kubectl(&self, args: &[&str]) -> KubectlOutput {
+        self.kubectl.run(args).await
+    }
+
+    /// Runs `kubectl <args>` with `stdin`; see [`Kubectl::run_with_stdin`].
+    pub async fn kubectl_stdin(&self, args: &[&str], stdin: &str) -> KubectlOutput {
+        self.kubectl.run_with_stdin(args, Some(stdin)).await
+    }
+
+    /// Runs `kubectl <args>`, asserts success, returns stdout.
+    pub async fn kubectl_ok(&self, args: &[&str]) -> String {
+        self.kubectl.ok(args).await
+    }
+
+    /// Runs `kubectl <args>` with `stdin`, asserts success, returns stdout.
+    pub async fn kubectl_ok_stdin(&self, args: &[&str], stdin: &str) -> String {
+        self.kubectl.ok_with_stdin(args, stdin).await
+    }
+
+    /// Runs `kubectl <args>` and asserts it failed.
+    pub async fn kubectl_fails(&self, args: &[&str]) -> KubectlOutput {
+        self.kubectl.fails(args).await
+    }
+
+    /// `kubectl apply -f -` of `manifest` plus `extra` flags; asserts success and returns stdout.
+    pub async fn apply(&self, manifest: &str, extra: &[&str]) -> String {
+        let mut args = vec!["apply", "-f", "-"];
+        args.extend_from_slice(extra);
+        self.kubectl.ok_with_stdin(&args, manifest).await
+    }
+
+    /// Starts `kubectl <args>` (typically `get -w`) and reads its output line by line.
+    pub fn kubectl_watch(&self, args: &[&str]) -> KubectlWatch {
+        self.kubectl.spawn_lines(args)
+    }
+}
