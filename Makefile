@@ -36,8 +36,9 @@ else
 	$(CARGO) test -p capstan-e2e --no-fail-fast
 endif
 
-bench: ## benchmarks (figures go to docs/benchmarks.md)
-	$(CARGO) run --release -p devcluster --example bench -- --out docs/benchmarks.md
+bench: ## benchmarks, release profile (figures go to docs/benchmarks.md)
+	$(CARGO) bench -p capstan-e2e --bench devcluster
+	$(CARGO) bench -p capstan --bench source_render
 
 demo: ## the whole GitOps loop on the embedded devcluster (arrives with the demo issue)
 	@echo "make demo arrives with the 'First run' issue; for now see README.md 'Start devcluster'" >&2; exit 1

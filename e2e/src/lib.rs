@@ -17,9 +17,11 @@
 //! Later suites (operator e2e) reuse the same pieces: [`kubectl::Kubectl`] only needs a kubeconfig path,
 //! so it works against a devcluster started as a process ([`process::DevClusterProcess`]) too.
 
+pub mod capstan;
 pub mod check;
 pub mod cluster;
 pub mod fixtures;
+pub mod git;
 pub mod kubectl;
 pub mod process;
 pub mod raw_http;

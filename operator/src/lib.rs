@@ -2,10 +2,16 @@
 
 pub mod api;
 pub mod appset;
+pub mod cluster;
+pub mod controllers;
 pub mod crdgen;
 pub mod engine;
+pub mod http;
+pub mod metrics;
 pub mod render;
 pub mod source;
+pub mod telemetry;
+pub mod webhook;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 

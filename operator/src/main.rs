@@ -1,9 +1,17 @@
-//! The `capstan` binary: CLI and wiring only.
+//! The `capstan` binary: CLI and wiring only (the composition root; logic lives in the library).
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use anyhow::Context as _;
+use capstan::controllers::{self, parse_duration, Context, ControllerSet, Settings, Shutdown};
+use capstan::source::git::{Git2Source, GitConfig};
+use capstan::telemetry::LogFormat;
+use capstan::{http, metrics::Metrics, webhook};
+use clap::{Parser, Subcommand};
 
 /// Capstan: a Kubernetes GitOps operator that delivers what Git declares.
 #[derive(Debug, Parser)]
@@ -29,30 +37,37 @@ enum Command {
 
 #[derive(Debug, clap::Args)]
 struct RunArgs {
-    /// The operator namespace: shared Repositories and Clusters, settings, reporter config.
+    /// The operator namespace: shared Repositories and Clusters, settings, webhook Secret.
     #[arg(long, env = "CAPSTAN_NAMESPACE", default_value = "capstan-system")]
     namespace: String,
-    /// Controllers to run (comma-separated); default all but `reporter`.
+    /// Controllers to run (comma-separated: repository, cluster, policyset, application,
+    /// applicationset, reporter); default all but `reporter`.
     #[arg(long, value_delimiter = ',')]
     controllers: Vec<String>,
     /// Address of /metrics, /healthz and /readyz.
     #[arg(long, default_value = "0.0.0.0:8080")]
-    metrics_addr: String,
-    /// Address of the Git push webhook receiver; off when unset.
+    metrics_addr: SocketAddr,
+    /// Address of the Git push webhook receiver (`POST /api/webhook`); off when unset.
     #[arg(long)]
-    webhook_addr: Option<String>,
+    webhook_addr: Option<SocketAddr>,
+    /// Largest accepted webhook body in bytes (larger ones are answered 413).
+    #[arg(long, default_value_t = webhook::DEFAULT_MAX_BODY)]
+    webhook_max_body: usize,
     /// Periodic reconcile interval (a jitter is added).
-    #[arg(long, default_value = "120s")]
-    reconcile_interval: String,
+    #[arg(long, default_value = "120s", value_parser = parse_duration)]
+    reconcile_interval: Duration,
+    /// Delay between two sync waves (Argo CD's `controller.sync.wave.delay.seconds`).
+    #[arg(long, default_value = "2s")]
+    sync_wave_delay: String,
+    /// Bound on one git network operation (ls-remote, fetch).
+    #[arg(long, default_value = "90s", value_parser = parse_duration)]
+    git_timeout: Duration,
+    /// Directory of the shared git cache.
+    #[arg(long, env = "CAPSTAN_CACHE_DIR")]
+    cache_dir: Option<PathBuf>,
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
-}
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum LogFormat {
-    Json,
-    Text,
 }
 
 fn main() -> ExitCode {
@@ -67,9 +82,10 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Run(_args) => {
-            eprintln!("the controllers are not built yet");
-            Ok(ExitCode::FAILURE)
+        Command::Run(args) => {
+            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            runtime.block_on(operate(args))?;
+            Ok(ExitCode::SUCCESS)
         }
         Command::Crd { out_dir: Some(dir) } => {
             for path in capstan::crdgen::write_dir(&dir, &capstan::crds())? {
@@ -86,4 +102,94 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// `capstan run`: builds the context once, starts the HTTP endpoints, the webhook receiver and the
+/// selected controllers, and returns after SIGTERM/SIGINT once they have stopped.
+async fn operate(args: RunArgs) -> anyhow::Result<()> {
+    capstan::telemetry::init(args.log_format);
+    // kube and axum share rustls; exactly one provider (ring) must be the process default.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+
+    let selected = ControllerSet::parse(&args.controllers)?;
+    let git_timeout = args.git_timeout;
+    let settings = Settings {
+        namespace: args.namespace,
+        reconcile_interval: args.reconcile_interval,
+        git_timeout,
+        wave_delay: parse_duration(&args.sync_wave_delay).map_err(|e| anyhow::anyhow!("--sync-wave-delay: {e}"))?,
+        ..Settings::default()
+    };
+    let registry = prometheus::Registry::new();
+    let metrics = Metrics::register(&registry)?;
+    let config = kube::Config::infer()
+        .await
+        .context("no Kubernetes configuration (KUBECONFIG or in-cluster)")?;
+    let clusters = capstan::cluster::ClusterClients::new(config.clone(), &settings.namespace)
+        .map_err(|e| anyhow::anyhow!("cluster clients: {e}"))?;
+    let client = controllers::context::counting_client(config, &metrics)?;
+    let cache_dir = args
+        .cache_dir
+        .unwrap_or_else(|| std::env::temp_dir().join("capstan-git"));
+    let git = Git2Source::new(
+        cache_dir,
+        GitConfig {
+            total_timeout: git_timeout,
+            io_timeout: git_timeout.min(Duration::from_secs(15)),
+            connect_timeout: git_timeout.min(Duration::from_secs(10)),
+            ..GitConfig::default()
+        },
+    );
+    let ctx = Arc::new(
+        Context::new(client.clone(), settings, Arc::new(git), metrics.clone()).with_clusters(Arc::new(clusters)),
+    );
+    let shutdown = Shutdown::on_signals()?;
+
+    let mut servers = tokio::task::JoinSet::new();
+    let listener = tokio::net::TcpListener::bind(args.metrics_addr)
+        .await
+        .with_context(|| format!("--metrics-addr {}", args.metrics_addr))?;
+    tracing::info!("serving /metrics, /healthz, /readyz on {}", listener.local_addr()?);
+    let http_state = http::HttpState {
+        registry,
+        readiness: Arc::clone(&ctx.readiness),
+    };
+    servers.spawn(http::serve(listener, http_state, shutdown.clone()));
+
+    let mut secret_watch = None;
+    if let Some(addr) = args.webhook_addr {
+        let (secrets, watch) = webhook::watch_secret(client, ctx.namespace());
+        secret_watch = Some(tokio::spawn(watch));
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("--webhook-addr {addr}"))?;
+        tracing::info!("serving {} on {}", webhook::PATH, listener.local_addr()?);
+        let state = webhook::WebhookState {
+            secrets: Arc::new(secrets),
+            target: ctx.notifier.clone(),
+            metrics: Some(metrics),
+            max_body: args.webhook_max_body,
+        };
+        servers.spawn(webhook::serve(listener, state, shutdown.clone()));
+    }
+
+    let result = controllers::run(ctx, &selected, shutdown.clone()).await;
+    shutdown.trigger();
+    // Servers stop on the shutdown signal (bounded); the Secret watch does not, so it is aborted.
+    if let Some(watch) = secret_watch {
+        watch.abort();
+    }
+    let drained = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Some(joined) = servers.join_next().await {
+            if let Ok(Err(e)) = joined {
+                tracing::warn!("server stopped with an error: {e}");
+            }
+        }
+    })
+    .await;
+    if drained.is_err() {
+        servers.abort_all();
+    }
+    tracing::info!("stopped");
+    result
 }

@@ -53,6 +53,8 @@ pub struct CrdSchema {
     root: Value,
     /// Every `pattern` of the schema, compiled once; a pattern that does not compile is skipped at validation.
     patterns: HashMap<String, Regex>,
+    /// Whether any node declares a `default:` (reads then need defaulting; most schemas have none).
+    has_defaults: bool,
 }
 
 impl CrdSchema {
@@ -62,7 +64,14 @@ impl CrdSchema {
         CrdSchema {
             root: open_api_v3_schema.clone(),
             patterns,
+            has_defaults: declares_default(open_api_v3_schema, 0),
         }
+    }
+
+    /// Whether [`CrdSchema::default`] can change anything. Objects are defaulted on every read (as the real
+    /// server does when decoding from etcd), so schemas without defaults skip that copy.
+    pub fn has_defaults(&self) -> bool {
+        self.has_defaults
     }
 
     /// Remove fields the schema does not declare (apiVersion, kind and metadata are always kept) and return
@@ -339,6 +348,29 @@ fn prune_value(v: &mut Value, s: &Value, path: &str, depth: usize, removed: &mut
 // ---------------------------------------------------------------------------------------------------------
 // Defaulting
 // ---------------------------------------------------------------------------------------------------------
+
+/// Whether a schema node or any schema below it has a `default:`. Only schema positions are followed, so a
+/// property that happens to be *named* `default` does not count.
+fn declares_default(s: &Value, depth: usize) -> bool {
+    let Some(m) = s.as_object() else { return false };
+    if depth > MAX_DEPTH {
+        return false;
+    }
+    if m.contains_key("default") {
+        return true;
+    }
+    let any = |v: &Value| match v {
+        Value::Array(a) => a.iter().any(|x| declares_default(x, depth + 1)),
+        other => declares_default(other, depth + 1),
+    };
+    m.iter().any(|(k, v)| match k.as_str() {
+        "properties" | "patternProperties" => v
+            .as_object()
+            .is_some_and(|props| props.values().any(|p| declares_default(p, depth + 1))),
+        "items" | "additionalProperties" | "allOf" | "anyOf" | "oneOf" | "not" => any(v),
+        _ => false,
+    })
+}
 
 fn has_default(s: &Value) -> bool {
     s.get("default").is_some()
@@ -882,6 +914,17 @@ mod tests {
         let mut obj = json!({"spec": {"a": 1, "b": 2}});
         assert_eq!(s.prune(&mut obj), vec![".spec.a", ".spec.b"]);
         assert_eq!(obj, json!({"spec": {}}));
+    }
+
+    #[test]
+    fn knows_whether_it_declares_defaults() {
+        assert!(schema().has_defaults());
+        let none = CrdSchema::new(&json!({"type": "object", "properties": {
+            "default": {"type": "string"}, "spec": {"type": "array", "items": {"type": "object"}}}}));
+        assert!(!none.has_defaults(), "a property named default is not a default");
+        let in_items = CrdSchema::new(&json!({"type": "object", "properties": {
+            "spec": {"type": "array", "items": {"type": "object", "properties": {"x": {"type": "integer", "default": 1}}}}}}));
+        assert!(in_items.has_defaults());
     }
 
     #[test]

@@ -33,7 +33,7 @@ pub fn apply_defaults(obj: &mut Value) {
         ("v1", "ReplicationController") => replication_controller(root),
         ("v1", "Service") => service(root),
         ("v1", "Namespace") => namespace(root),
-        ("v1", "Secret") => set(root, "type", json!("Opaque")),
+        ("v1", "Secret") => secret(root),
         ("v1", "PersistentVolumeClaim") => pvc(root),
         ("apps/v1", "Deployment") => deployment(root),
         ("apps/v1", "ReplicaSet") => replica_set(root),
@@ -43,6 +43,28 @@ pub fn apply_defaults(obj: &mut Value) {
         ("batch/v1", "CronJob") => cron_job(root),
         ("networking.k8s.io/v1", "NetworkPolicy") => network_policy(root),
         _ => {}
+    }
+}
+
+/// Secret: `type` defaults to Opaque, and the write-only `stringData` is merged into `data` (base64-encoded,
+/// winning over `data` on the same key) and dropped, as the v1 → internal conversion of the real server does.
+/// So `stringData` is never stored or returned, whichever verb wrote it.
+fn secret(root: &mut Obj) {
+    use base64::Engine;
+    set(root, "type", json!("Opaque"));
+    let Some(string_data) = root.remove("stringData") else {
+        return;
+    };
+    let Value::Object(entries) = string_data else { return };
+    if entries.is_empty() {
+        return;
+    }
+    let Some(data) = ensure_obj(root, "data") else { return };
+    for (k, v) in entries {
+        if let Value::String(text) = v {
+            let encoded = base64::engine::general_purpose::STANDARD.encode(text.as_bytes());
+            data.insert(k, Value::String(encoded));
+        }
     }
 }
 
@@ -653,6 +675,16 @@ mod tests {
                 "secret",
                 json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}}),
                 vec![("/type", json!("Opaque"))],
+            ),
+            (
+                "secret stringData merges into data",
+                json!({"apiVersion": "v1", "kind": "Secret", "data": {"a": "eA==", "password": "b2xk"},
+                    "stringData": {"password": "s3cret"}}),
+                vec![
+                    ("/data/password", json!("czNjcmV0")),
+                    ("/data/a", json!("eA==")),
+                    ("/stringData", Value::Null),
+                ],
             ),
             (
                 "secret keeps its type",

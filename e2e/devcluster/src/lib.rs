@@ -15,6 +15,7 @@ pub mod crdschema;
 pub mod defaults;
 pub mod discovery;
 pub mod error;
+pub mod events;
 pub mod openapi;
 pub mod patch;
 pub mod protobuf;

@@ -261,7 +261,17 @@ fn builtin(r: &Row) -> ResourceInfo {
         generation: r.generation,
         create_only: r.plural == "selfsubjectaccessreviews",
         custom: None,
-        key: res_key(group, r.plural),
+        key: builtin_key(group, r.plural),
+    }
+}
+
+/// Storage key of a built-in resource. events.k8s.io/v1 Events live in the core/v1 Event storage (the real
+/// server serves one resource in both groups, see `events.rs`).
+fn builtin_key(group: &str, plural: &str) -> ResKey {
+    if group == "events.k8s.io" && plural == "events" {
+        res_key("", "events")
+    } else {
+        res_key(group, plural)
     }
 }
 
@@ -345,7 +355,9 @@ impl Registry {
             by_gvk
                 .entry((ri.api_version(), ri.kind.clone()))
                 .or_insert_with(|| ri.clone());
-            let storage = ri.custom.as_ref().is_none_or(|c| c.storage_version == ri.version);
+            // A CRD's storage version owns its key; of built-ins sharing a key (core and events.k8s.io
+            // Events) the first row, the storage shape, does.
+            let storage = ri.custom.as_ref().is_some_and(|c| c.storage_version == ri.version);
             if storage || !by_key.contains_key(&ri.key) {
                 by_key.insert(ri.key.clone(), ri.clone());
             }
@@ -396,6 +408,11 @@ impl Registry {
             .filter(|r| r.group == group && r.version == version)
             .cloned()
             .collect()
+    }
+
+    /// Every served resource of a group, all versions.
+    pub fn group_resources(&self, group: &str) -> Vec<Arc<ResourceInfo>> {
+        self.all().filter(|r| r.group == group).cloned().collect()
     }
 
     pub fn has_group(&self, group: &str) -> bool {
@@ -535,6 +552,13 @@ mod tests {
         assert!(d.namespaced && d.status && d.scale.is_some() && d.generation);
         assert_eq!(r.by_gvk("v1", "ConfigMap").unwrap().plural, "configmaps");
         assert_eq!(r.by_key("/namespaces").unwrap().kind, "Namespace");
+        let ev = r.find("events.k8s.io", "v1", "events").unwrap();
+        assert_eq!(ev.key, r.find("", "v1", "events").unwrap().key);
+        assert_eq!(
+            r.by_key(&ev.key).unwrap().group,
+            "",
+            "core/v1 is the storage shape of Events"
+        );
         assert!(r.find("", "v1", "nope").is_none());
     }
 

@@ -427,9 +427,15 @@ impl FieldSelector {
         self.requirements.is_empty()
     }
 
-    /// `Err("field label not supported: <label>")` when a requirement names a field `kind` does not support.
-    pub fn check_supported(&self, kind: &str) -> Result<(), String> {
-        match self.requirements.iter().find(|r| !field_supported(kind, &r.field)) {
+    /// `Err("field label not supported: <label>")` when a requirement names a field the resource `group`/`kind`
+    /// does not support. Keyed by group too: a custom resource named like a built-in kind only gets
+    /// `metadata.name`/`metadata.namespace`, and core/v1 and events.k8s.io/v1 Events accept different labels.
+    pub fn check_supported(&self, group: &str, kind: &str) -> Result<(), String> {
+        match self
+            .requirements
+            .iter()
+            .find(|r| !field_supported(group, kind, &r.field))
+        {
             Some(r) => Err(format!("field label not supported: {}", r.field)),
             None => Ok(()),
         }
@@ -514,11 +520,10 @@ fn unescape_field_value(v: &str) -> Result<String, String> {
     Ok(out)
 }
 
-/// The field labels each kind's registry strategy accepts (`GetAttrs`/`AddFieldLabelConversionFunc`).
-fn kind_fields(kind: &str) -> &'static [&'static str] {
-    match kind {
-        // core/v1 and events.k8s.io/v1 Events share the kind name; accept the union and map in `field_value`.
-        "Event" => &[
+/// The field labels each built-in resource's registry strategy accepts (`GetAttrs`/`AddFieldLabelConversionFunc`).
+fn kind_fields(group: &str, kind: &str) -> &'static [&'static str] {
+    match (group, kind) {
+        ("", "Event") => &[
             "involvedObject.kind",
             "involvedObject.namespace",
             "involvedObject.name",
@@ -530,6 +535,10 @@ fn kind_fields(kind: &str) -> &'static [&'static str] {
             "reportingComponent",
             "source",
             "type",
+        ],
+        // events.k8s.io/v1 labels are converted to the core ones (`regarding.*` → `involvedObject.*`,
+        // `reportingController` → `reportingComponent`); `field_value` does the mapping.
+        ("events.k8s.io", "Event") => &[
             "regarding.kind",
             "regarding.namespace",
             "regarding.name",
@@ -537,9 +546,11 @@ fn kind_fields(kind: &str) -> &'static [&'static str] {
             "regarding.apiVersion",
             "regarding.resourceVersion",
             "regarding.fieldPath",
+            "reason",
             "reportingController",
+            "type",
         ],
-        "Pod" => &[
+        ("", "Pod") => &[
             "spec.nodeName",
             "spec.restartPolicy",
             "spec.schedulerName",
@@ -550,18 +561,18 @@ fn kind_fields(kind: &str) -> &'static [&'static str] {
             "status.podIPs",
             "status.nominatedNodeName",
         ],
-        "Secret" => &["type"],
-        "Namespace" => &["status.phase"],
-        "Node" => &["spec.unschedulable"],
-        "Job" => &["status.successful"],
-        "ReplicaSet" | "ReplicationController" => &["status.replicas"],
-        "CertificateSigningRequest" => &["spec.signerName"],
+        ("", "Secret") => &["type"],
+        ("", "Namespace") => &["status.phase"],
+        ("", "Node") => &["spec.unschedulable"],
+        ("batch", "Job") => &["status.successful"],
+        ("apps", "ReplicaSet") | ("", "ReplicationController") => &["status.replicas"],
+        ("certificates.k8s.io", "CertificateSigningRequest") => &["spec.signerName"],
         _ => &[],
     }
 }
 
-fn field_supported(kind: &str, field: &str) -> bool {
-    matches!(field, "metadata.name" | "metadata.namespace") || kind_fields(kind).contains(&field)
+fn field_supported(group: &str, kind: &str, field: &str) -> bool {
+    matches!(field, "metadata.name" | "metadata.namespace") || kind_fields(group, kind).contains(&field)
 }
 
 /// The string the real server compares a field label against, with the Go zero value when absent.
@@ -707,7 +718,7 @@ mod tests {
     fn field_selector_metadata() {
         let obj = json!({"metadata": {"name": "web", "namespace": "default"}});
         let s = FieldSelector::parse("metadata.name=web,metadata.namespace==default").unwrap();
-        assert!(s.check_supported("App").is_ok());
+        assert!(s.check_supported("demo.example.com", "App").is_ok());
         assert!(s.matches(&obj));
         assert!(!FieldSelector::parse("metadata.name!=web").unwrap().matches(&obj));
         assert!(FieldSelector::parse("metadata.namespace!=kube-system")
@@ -727,10 +738,14 @@ mod tests {
     fn field_selector_unsupported_label() {
         let s = FieldSelector::parse("spec.nodeName=n1").unwrap();
         assert_eq!(
-            s.check_supported("ConfigMap"),
+            s.check_supported("", "ConfigMap"),
             Err("field label not supported: spec.nodeName".to_string())
         );
-        assert!(s.check_supported("Pod").is_ok());
+        assert!(s.check_supported("", "Pod").is_ok());
+        assert!(
+            s.check_supported("example.com", "Pod").is_err(),
+            "a custom resource named Pod gets no Pod field labels"
+        );
     }
 
     #[test]
@@ -744,13 +759,20 @@ mod tests {
             "involvedObject.name=web,involvedObject.namespace=default,involvedObject.kind=App,involvedObject.uid=u1",
         )
         .unwrap();
-        assert!(s.check_supported("Event").is_ok());
+        assert!(s.check_supported("", "Event").is_ok());
+        assert!(s.check_supported("events.k8s.io", "Event").is_err());
         assert!(s.matches(&ev));
         assert!(FieldSelector::parse("source=capstan,type=Normal,reason=Synced")
             .unwrap()
             .matches(&ev));
         assert!(!FieldSelector::parse("type=Warning").unwrap().matches(&ev));
-        assert!(FieldSelector::parse("regarding.name=web").unwrap().matches(&ev));
+        let regarding = FieldSelector::parse("regarding.name=web,reportingController=").unwrap();
+        assert!(regarding.check_supported("events.k8s.io", "Event").is_ok());
+        assert!(regarding.check_supported("", "Event").is_err());
+        assert!(
+            regarding.matches(&ev),
+            "events.k8s.io labels match the core/v1 storage shape"
+        );
     }
 
     #[test]
@@ -779,7 +801,7 @@ mod tests {
         #[test]
         fn parsers_never_panic(s in ".{0,64}") {
             let _ = LabelSelector::parse(&s).map(|l| l.matches(None));
-            let _ = FieldSelector::parse(&s).map(|f| (f.check_supported("Pod"), f.matches(&json!({}))));
+            let _ = FieldSelector::parse(&s).map(|f| (f.check_supported("", "Pod"), f.matches(&json!({}))));
         }
 
         #[test]

@@ -5,6 +5,7 @@
 //! for every column, including the `priority: 1` ones; kubectl drops those unless `-o wide`.
 
 use chrono::{DateTime, Utc};
+use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{json, Value};
 
 /// One CRD `additionalPrinterColumns` entry.
@@ -56,45 +57,111 @@ pub fn printer_columns_from_crd_version(version: &Value) -> Option<Vec<PrinterCo
     (!cols.is_empty()).then_some(cols)
 }
 
-/// Build a Table of `objects` of `kind` (built-in columns by kind; `columns` for custom resources, where
-/// `None` means Name + Age). `metadata` of the Table is left `{}` for the caller to fill.
-pub fn build(
-    kind: &str,
-    columns: Option<&[PrinterColumn]>,
-    objects: &[Value],
+/// A Table ready to serialize. It borrows the objects, so a list of 10,000 objects copies none of them: rows
+/// are written straight from the stored values when the response is serialized.
+pub struct Table<'a> {
+    /// List metadata (`resourceVersion`, `continue`, ...); `{}` until the caller fills it in.
+    pub metadata: Value,
+    definitions: Vec<Value>,
+    rows: Vec<(Vec<Value>, &'a Value)>,
     include: IncludeObject,
-    now: DateTime<Utc>,
-) -> Value {
-    let (definitions, rows): (Vec<Value>, Vec<Vec<Value>>) = match columns.filter(|c| !c.is_empty()) {
-        Some(cols) => custom_table(cols, objects, now),
-        None => builtin_table(kind, objects, now),
-    };
-    let rows: Vec<Value> = objects
-        .iter()
-        .zip(rows)
-        .map(|(obj, cells)| table_row(obj, cells, include))
-        .collect();
-    json!({
-        "kind": "Table",
-        "apiVersion": "meta.k8s.io/v1",
-        "metadata": {},
-        "columnDefinitions": definitions,
-        "rows": rows,
-    })
+}
+
+impl Table<'_> {
+    /// The Table as a JSON value (single-object responses and watch events).
+    pub fn to_value(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+}
+
+impl Serialize for Table<'_> {
+    fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        let mut m = ser.serialize_map(Some(5))?;
+        m.serialize_entry("kind", "Table")?;
+        m.serialize_entry("apiVersion", "meta.k8s.io/v1")?;
+        m.serialize_entry("metadata", &self.metadata)?;
+        m.serialize_entry("columnDefinitions", &self.definitions)?;
+        let rows: Vec<Row<'_>> = self
+            .rows
+            .iter()
+            .map(|(cells, obj)| Row {
+                cells,
+                obj,
+                include: self.include,
+            })
+            .collect();
+        m.serialize_entry("rows", &rows)?;
+        m.end()
+    }
 }
 
 /// `{cells, object}`; the real server serialises an absent object as `null`.
-fn table_row(obj: &Value, cells: Vec<Value>, include: IncludeObject) -> Value {
-    let object = match include {
-        IncludeObject::None => Value::Null,
-        IncludeObject::Object => obj.clone(),
-        IncludeObject::Metadata => json!({
-            "kind": "PartialObjectMetadata",
-            "apiVersion": "meta.k8s.io/v1",
-            "metadata": obj.get("metadata").cloned().unwrap_or_else(|| json!({})),
-        }),
+struct Row<'a> {
+    cells: &'a [Value],
+    obj: &'a Value,
+    include: IncludeObject,
+}
+
+impl Serialize for Row<'_> {
+    fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        let mut m = ser.serialize_map(Some(2))?;
+        m.serialize_entry("cells", self.cells)?;
+        match self.include {
+            IncludeObject::None => m.serialize_entry("object", &Value::Null)?,
+            IncludeObject::Object => m.serialize_entry("object", self.obj)?,
+            IncludeObject::Metadata => m.serialize_entry("object", &PartialMetadata(self.obj))?,
+        }
+        m.end()
+    }
+}
+
+/// `PartialObjectMetadata` of a borrowed object.
+struct PartialMetadata<'a>(&'a Value);
+
+impl Serialize for PartialMetadata<'_> {
+    fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        let empty = Value::Object(serde_json::Map::new());
+        let mut m = ser.serialize_map(Some(3))?;
+        m.serialize_entry("kind", "PartialObjectMetadata")?;
+        m.serialize_entry("apiVersion", "meta.k8s.io/v1")?;
+        m.serialize_entry("metadata", self.0.get("metadata").unwrap_or(&empty))?;
+        m.end()
+    }
+}
+
+/// Build a Table of `objects` of `group`/`kind`: built-in columns for the built-in kinds (matched on group and
+/// kind, so a custom resource that reuses a built-in kind name is not printed like it), `columns` for custom
+/// resources, where `None` means Name + Age.
+pub fn table<'a>(
+    group: &str,
+    kind: &str,
+    columns: Option<&[PrinterColumn]>,
+    objects: &[&'a Value],
+    include: IncludeObject,
+    now: DateTime<Utc>,
+) -> Table<'a> {
+    let (definitions, cells): (Vec<Value>, Vec<Vec<Value>>) = match columns.filter(|c| !c.is_empty()) {
+        Some(cols) => custom_table(cols, objects, now),
+        None => builtin_table(group, kind, objects, now),
     };
-    json!({"cells": cells, "object": object})
+    Table {
+        metadata: json!({}),
+        definitions,
+        rows: cells.into_iter().zip(objects.iter().copied()).collect(),
+        include,
+    }
+}
+
+/// [`table`] as a JSON value.
+pub fn build(
+    group: &str,
+    kind: &str,
+    columns: Option<&[PrinterColumn]>,
+    objects: &[&Value],
+    include: IncludeObject,
+    now: DateTime<Utc>,
+) -> Value {
+    table(group, kind, columns, objects, include, now).to_value()
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -157,35 +224,37 @@ fn definition(c: &Col) -> Value {
 
 type CellFn = fn(&Value, DateTime<Utc>) -> Vec<Value>;
 
-/// The real printer of each built-in kind (k8s.io/kubernetes `pkg/printers/internalversion/printers.go`).
-fn builtin_printer(kind: &str) -> (&'static [Col], CellFn) {
-    match kind {
-        "Namespace" => (NAMESPACE_COLS, namespace_cells),
-        "ConfigMap" => (CONFIGMAP_COLS, configmap_cells),
-        "Secret" => (SECRET_COLS, secret_cells),
-        "Service" => (SERVICE_COLS, service_cells),
-        "ServiceAccount" => (SERVICEACCOUNT_COLS, serviceaccount_cells),
-        "Pod" => (POD_COLS, pod_cells),
-        "Node" => (NODE_COLS, node_cells),
-        "Deployment" => (DEPLOYMENT_COLS, deployment_cells),
-        "ReplicaSet" => (REPLICASET_COLS, replicaset_cells),
-        "StatefulSet" => (STATEFULSET_COLS, statefulset_cells),
-        "DaemonSet" => (DAEMONSET_COLS, daemonset_cells),
-        "Job" => (JOB_COLS, job_cells),
-        "CronJob" => (CRONJOB_COLS, cronjob_cells),
-        "Event" => (EVENT_COLS, event_cells),
-        "Lease" => (LEASE_COLS, lease_cells),
-        "CustomResourceDefinition" | "Role" | "ClusterRole" => (CREATED_AT_COLS, created_at_cells),
-        "RoleBinding" | "ClusterRoleBinding" => (BINDING_COLS, binding_cells),
-        "PersistentVolumeClaim" => (PVC_COLS, pvc_cells),
-        "Ingress" => (INGRESS_COLS, ingress_cells),
-        "HorizontalPodAutoscaler" => (HPA_COLS, hpa_cells),
+/// The real printer of each built-in kind (k8s.io/kubernetes `pkg/printers/internalversion/printers.go`), by
+/// API group and kind. core/v1 and events.k8s.io/v1 Events share one printer, as they share one storage.
+fn builtin_printer(group: &str, kind: &str) -> (&'static [Col], CellFn) {
+    match (group, kind) {
+        ("", "Namespace") => (NAMESPACE_COLS, namespace_cells),
+        ("", "ConfigMap") => (CONFIGMAP_COLS, configmap_cells),
+        ("", "Secret") => (SECRET_COLS, secret_cells),
+        ("", "Service") => (SERVICE_COLS, service_cells),
+        ("", "ServiceAccount") => (SERVICEACCOUNT_COLS, serviceaccount_cells),
+        ("", "Pod") => (POD_COLS, pod_cells),
+        ("", "Node") => (NODE_COLS, node_cells),
+        ("", "PersistentVolumeClaim") => (PVC_COLS, pvc_cells),
+        ("" | "events.k8s.io", "Event") => (EVENT_COLS, event_cells),
+        ("apps", "Deployment") => (DEPLOYMENT_COLS, deployment_cells),
+        ("apps", "ReplicaSet") => (REPLICASET_COLS, replicaset_cells),
+        ("apps", "StatefulSet") => (STATEFULSET_COLS, statefulset_cells),
+        ("apps", "DaemonSet") => (DAEMONSET_COLS, daemonset_cells),
+        ("batch", "Job") => (JOB_COLS, job_cells),
+        ("batch", "CronJob") => (CRONJOB_COLS, cronjob_cells),
+        ("coordination.k8s.io", "Lease") => (LEASE_COLS, lease_cells),
+        ("apiextensions.k8s.io", "CustomResourceDefinition")
+        | ("rbac.authorization.k8s.io", "Role" | "ClusterRole") => (CREATED_AT_COLS, created_at_cells),
+        ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding") => (BINDING_COLS, binding_cells),
+        ("networking.k8s.io", "Ingress") => (INGRESS_COLS, ingress_cells),
+        ("autoscaling", "HorizontalPodAutoscaler") => (HPA_COLS, hpa_cells),
         _ => (NAME_AGE_COLS, name_age_cells),
     }
 }
 
-fn builtin_table(kind: &str, objects: &[Value], now: DateTime<Utc>) -> (Vec<Value>, Vec<Vec<Value>>) {
-    let (cols, cells) = builtin_printer(kind);
+fn builtin_table(group: &str, kind: &str, objects: &[&Value], now: DateTime<Utc>) -> (Vec<Value>, Vec<Vec<Value>>) {
+    let (cols, cells) = builtin_printer(group, kind);
     (
         cols.iter().map(definition).collect(),
         objects.iter().map(|o| cells(o, now)).collect(),
@@ -1284,7 +1353,7 @@ fn hpa_targets(obj: &Value) -> String {
 // Custom resources
 // ---------------------------------------------------------------------------------------------------------------
 
-fn custom_table(cols: &[PrinterColumn], objects: &[Value], now: DateTime<Utc>) -> (Vec<Value>, Vec<Vec<Value>>) {
+fn custom_table(cols: &[PrinterColumn], objects: &[&Value], now: DateTime<Utc>) -> (Vec<Value>, Vec<Vec<Value>>) {
     let mut defs = vec![definition(&NAME)];
     defs.extend(cols.iter().map(|c| {
         json!({"name": c.name, "type": c.type_, "format": c.format, "description": c.description, "priority": c.priority})
@@ -1499,6 +1568,32 @@ fn literal_eq(a: &Value, b: &Value) -> bool {
 mod tests {
     use super::*;
 
+    /// The API group a built-in kind of these tests belongs to; other kinds are custom resources.
+    fn group_of(kind: &str) -> &'static str {
+        match kind {
+            "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet" => "apps",
+            "Job" | "CronJob" => "batch",
+            "Lease" => "coordination.k8s.io",
+            "CustomResourceDefinition" => "apiextensions.k8s.io",
+            "Role" | "ClusterRole" | "RoleBinding" | "ClusterRoleBinding" => "rbac.authorization.k8s.io",
+            "Ingress" => "networking.k8s.io",
+            "HorizontalPodAutoscaler" => "autoscaling",
+            "App" | "Widget" => "demo.example.com",
+            _ => "",
+        }
+    }
+
+    fn tbuild(
+        kind: &str,
+        cols: Option<&[PrinterColumn]>,
+        objs: &[Value],
+        include: IncludeObject,
+        now: DateTime<Utc>,
+    ) -> Value {
+        let refs: Vec<&Value> = objs.iter().collect();
+        build(group_of(kind), kind, cols, &refs, include, now)
+    }
+
     fn now() -> DateTime<Utc> {
         parse_time("2026-11-22T12:00:00Z").unwrap()
     }
@@ -1563,7 +1658,7 @@ mod tests {
     #[test]
     fn namespace_table_with_partial_metadata() {
         let ns = json!({"metadata": {"name": "t1", "creationTimestamp": ago(11), "uid": "u"}, "status": {"phase": "Active"}});
-        let t = build("Namespace", None, &[ns], IncludeObject::Metadata, now());
+        let t = tbuild("Namespace", None, &[ns], IncludeObject::Metadata, now());
         assert_eq!(t["kind"], "Table");
         assert_eq!(t["apiVersion"], "meta.k8s.io/v1");
         assert_eq!(col_names(&t), ["Name", "Status", "Age"]);
@@ -1580,7 +1675,7 @@ mod tests {
     #[test]
     fn include_object_variants() {
         let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "b"}});
-        let full = build(
+        let full = tbuild(
             "ConfigMap",
             None,
             std::slice::from_ref(&cm),
@@ -1588,7 +1683,7 @@ mod tests {
             now(),
         );
         assert_eq!(full["rows"][0]["object"], cm);
-        let none = build("ConfigMap", None, &[cm], IncludeObject::None, now());
+        let none = tbuild("ConfigMap", None, &[cm], IncludeObject::None, now());
         assert!(none["rows"][0]["object"].is_null());
         assert_eq!(cells(&none, 0), [json!("c"), json!(1), json!("<unknown>")]);
     }
@@ -1597,11 +1692,11 @@ mod tests {
     fn secret_and_serviceaccount_columns() {
         let sec =
             json!({"metadata": {"name": "s", "creationTimestamp": ago(60)}, "type": "Opaque", "data": {"k": "dg=="}});
-        let t = build("Secret", None, &[sec], IncludeObject::Metadata, now());
+        let t = tbuild("Secret", None, &[sec], IncludeObject::Metadata, now());
         assert_eq!(col_names(&t), ["Name", "Type", "Data", "Age"]);
         assert_eq!(cells(&t, 0), [json!("s"), json!("Opaque"), json!(1), json!("60s")]);
         let sa = json!({"metadata": {"name": "default"}});
-        let t = build("ServiceAccount", None, &[sa], IncludeObject::Metadata, now());
+        let t = tbuild("ServiceAccount", None, &[sa], IncludeObject::Metadata, now());
         assert_eq!(col_names(&t), ["Name", "Secrets", "Age"]);
         assert_eq!(cells(&t, 0)[1], json!(0));
     }
@@ -1614,7 +1709,7 @@ mod tests {
                      "template": {"spec": {"containers": [{"name": "c", "image": "nginx:1"}, {"name": "s", "image": "envoy"}]}}},
             "status": {"readyReplicas": 2, "updatedReplicas": 3, "availableReplicas": 2},
         });
-        let t = build("Deployment", None, &[d], IncludeObject::Metadata, now());
+        let t = tbuild("Deployment", None, &[d], IncludeObject::Metadata, now());
         assert_eq!(visible(&t), ["Name", "Ready", "Up-to-date", "Available", "Age"]);
         assert_eq!(
             col_names(&t),
@@ -1668,7 +1763,7 @@ mod tests {
                                               "state": {"waiting": {"reason": "CrashLoopBackOff"}},
                                               "lastState": {"terminated": {"finishedAt": ago(90)}}}]},
         });
-        let t = build("Pod", None, &[running, waiting], IncludeObject::Metadata, now());
+        let t = tbuild("Pod", None, &[running, waiting], IncludeObject::Metadata, now());
         assert_eq!(visible(&t), ["Name", "Ready", "Status", "Restarts", "Age"]);
         assert_eq!(
             cells(&t, 0),
@@ -1696,7 +1791,7 @@ mod tests {
         let svc = json!({"metadata": {"name": "web"},
             "spec": {"type": "NodePort", "clusterIP": "10.96.0.10", "selector": {"app": "web"},
                      "ports": [{"port": 80, "nodePort": 30080, "protocol": "TCP"}, {"port": 53, "protocol": "UDP"}]}});
-        let t = build("Service", None, &[svc], IncludeObject::Metadata, now());
+        let t = tbuild("Service", None, &[svc], IncludeObject::Metadata, now());
         assert_eq!(
             visible(&t),
             ["Name", "Type", "Cluster-IP", "External-IP", "Port(s)", "Age"]
@@ -1714,7 +1809,7 @@ mod tests {
         assert_eq!(c[6], json!("app=web"));
         let lb = json!({"metadata": {"name": "lb"}, "spec": {"type": "LoadBalancer"}});
         assert_eq!(
-            cells(&build("Service", None, &[lb], IncludeObject::None, now()), 0)[3],
+            cells(&tbuild("Service", None, &[lb], IncludeObject::None, now()), 0)[3],
             json!("<pending>")
         );
     }
@@ -1725,14 +1820,14 @@ mod tests {
             "spec": {"completions": 1, "template": {"spec": {"containers": [{"name": "c", "image": "busybox"}]}}},
             "status": {"succeeded": 1, "startTime": ago(100), "completionTime": ago(95),
                        "conditions": [{"type": "Complete", "status": "True"}]}});
-        let t = build("Job", None, &[job], IncludeObject::Metadata, now());
+        let t = tbuild("Job", None, &[job], IncludeObject::Metadata, now());
         assert_eq!(visible(&t), ["Name", "Status", "Completions", "Duration", "Age"]);
         assert_eq!(
             cells(&t, 0)[..5],
             [json!("j"), json!("Complete"), json!("1/1"), json!("5s"), json!("100s")]
         );
         let running = json!({"metadata": {"name": "r"}, "spec": {"parallelism": 2}, "status": {}});
-        let c = cells(&build("Job", None, &[running], IncludeObject::None, now()), 0);
+        let c = cells(&tbuild("Job", None, &[running], IncludeObject::None, now()), 0);
         assert_eq!(c[1..4], [json!("Running"), json!("0/1 of 2"), json!("")]);
     }
 
@@ -1741,7 +1836,7 @@ mod tests {
         let ev = json!({"metadata": {"name": "web.1"}, "type": "Normal", "reason": "Synced", "message": " ok ",
             "involvedObject": {"kind": "App", "name": "web"}, "source": {"component": "capstan"},
             "firstTimestamp": ago(300), "lastTimestamp": ago(5), "count": 3});
-        let t = build("Event", None, &[ev], IncludeObject::Metadata, now());
+        let t = tbuild("Event", None, &[ev], IncludeObject::Metadata, now());
         assert_eq!(visible(&t), ["Last Seen", "Type", "Reason", "Object", "Message"]);
         assert_eq!(
             cells(&t, 0),
@@ -1816,12 +1911,12 @@ mod tests {
         ];
         let obj = json!({"metadata": {"name": "x", "creationTimestamp": ago(3)}});
         for (kind, cols) in expect {
-            let t = build(kind, None, std::slice::from_ref(&obj), IncludeObject::Metadata, now());
+            let t = tbuild(kind, None, std::slice::from_ref(&obj), IncludeObject::Metadata, now());
             assert_eq!(visible(&t), cols, "{kind}");
             let n = t["columnDefinitions"].as_array().unwrap().len();
             assert_eq!(cells(&t, 0).len(), n, "{kind}: one cell per column");
         }
-        let t = build("Role", None, &[obj], IncludeObject::Metadata, now());
+        let t = tbuild("Role", None, &[obj], IncludeObject::Metadata, now());
         assert_eq!(cells(&t, 0), [json!("x"), json!(ago(3))]);
     }
 
@@ -1829,7 +1924,7 @@ mod tests {
     fn binding_cells_list_subjects() {
         let rb = json!({"metadata": {"name": "rb"}, "roleRef": {"kind": "ClusterRole", "name": "view"},
             "subjects": [{"kind": "User", "name": "alice"}, {"kind": "ServiceAccount", "name": "sa", "namespace": "ns"}]});
-        let c = cells(&build("RoleBinding", None, &[rb], IncludeObject::None, now()), 0);
+        let c = cells(&tbuild("RoleBinding", None, &[rb], IncludeObject::None, now()), 0);
         assert_eq!(c[1], json!("ClusterRole/view"));
         assert_eq!(c[3..], [json!("alice"), json!(""), json!("ns/sa")]);
     }
@@ -1867,7 +1962,7 @@ mod tests {
             "status": {"sync": {"status": "Synced"},
                        "conditions": [{"type": "Progressing", "status": "False"}, {"type": "Ready", "status": "True"}]}});
         let bare = json!({"metadata": {"name": "empty"}});
-        let t = build("App", Some(&cols), &[app, bare], IncludeObject::Metadata, now());
+        let t = tbuild("App", Some(&cols), &[app, bare], IncludeObject::Metadata, now());
         assert_eq!(
             col_names(&t),
             ["Name", "Sync", "Ready", "Replicas", "First", "All", "NotReady", "Age"]
@@ -1906,7 +2001,7 @@ mod tests {
     fn custom_resource_without_columns_gets_name_and_age() {
         let obj = json!({"metadata": {"name": "w", "creationTimestamp": ago(5)}});
         for cols in [None, Some(&[][..])] {
-            let t = build(
+            let t = tbuild(
                 "Widget",
                 cols,
                 std::slice::from_ref(&obj),
@@ -1916,6 +2011,37 @@ mod tests {
             assert_eq!(col_names(&t), ["Name", "Age"]);
             assert_eq!(cells(&t, 0), [json!("w"), json!("5s")]);
         }
+    }
+
+    #[test]
+    fn columns_are_chosen_by_group_and_kind() {
+        let obj = json!({"metadata": {"name": "x", "creationTimestamp": ago(3)}, "spec": {"nodeName": "n"}});
+        let t = build("example.com", "Pod", None, &[&obj], IncludeObject::Metadata, now());
+        assert_eq!(
+            col_names(&t),
+            ["Name", "Age"],
+            "a custom resource named Pod is not printed as a Pod"
+        );
+        let t = build("", "Pod", None, &[&obj], IncludeObject::Metadata, now());
+        assert_eq!(visible(&t), ["Name", "Ready", "Status", "Restarts", "Age"]);
+        let ev = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "e"},
+            "eventTime": ago(10), "reason": "R", "type": "Warning", "note": "a note",
+            "regarding": {"kind": "ConfigMap", "name": "noted"}, "reportingController": "rec"});
+        let t = build("events.k8s.io", "Event", None, &[&ev], IncludeObject::Metadata, now());
+        assert_eq!(visible(&t), ["Last Seen", "Type", "Reason", "Object", "Message"]);
+        assert_eq!(cells(&t, 0)[3], json!("configmap/noted"));
+        assert_eq!(cells(&t, 0)[6], json!("a note"));
+    }
+
+    #[test]
+    fn table_rows_borrow_their_objects() {
+        let a = json!({"metadata": {"name": "a", "managedFields": [{"manager": "m"}]}, "data": {"k": "v"}});
+        let b = json!({"metadata": {"name": "b"}});
+        let t = table("", "ConfigMap", None, &[&a, &b], IncludeObject::Metadata, now());
+        let v = t.to_value();
+        assert_eq!(v["rows"][0]["object"]["metadata"], a["metadata"]);
+        assert_eq!(v["rows"][1]["object"]["kind"], "PartialObjectMetadata");
+        assert_eq!(serde_json::to_value(&t).unwrap(), v);
     }
 
     #[test]

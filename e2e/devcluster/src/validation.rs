@@ -474,6 +474,16 @@ fn null_field_is_unknown(obj: &Value, path: &[Seg], rt: RoundTrip) -> bool {
 /// survive are unknown. Objects that do not decode at all (wrong value types) give no paths: the caller reports
 /// the decode error instead. Unknown kinds give no paths.
 pub fn unknown_builtin_fields(obj: &Value) -> Vec<String> {
+    prune_unknown_builtin_fields(&mut obj.clone())
+}
+
+/// Remove the fields a built-in kind does not declare and return their paths (`.spec.foo`).
+///
+/// The real API server decodes built-in kinds into their Go structs, so unknown fields never reach storage in
+/// any `fieldValidation` mode; `Ignore` and `Warn` only change whether the client hears about them. Only the
+/// unknown keys are removed (rather than storing the typed round trip) so that values the typed decoding would
+/// normalise, such as quantities, stay exactly as the client sent them.
+pub fn prune_unknown_builtin_fields(obj: &mut Value) -> Vec<String> {
     let api_version = obj.get("apiVersion").and_then(Value::as_str).unwrap_or("");
     let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("");
     let Some(rt) = roundtripper(api_version, kind) else {
@@ -484,6 +494,7 @@ pub fn unknown_builtin_fields(obj: &Value) -> Vec<String> {
     missing_keys(obj, &output, &mut Vec::new(), &mut missing);
     let mut probes = 0;
     let mut unknown = Vec::new();
+    let mut removals = Vec::new();
     for m in missing {
         let is_unknown = if m.was_null {
             probes += 1;
@@ -493,9 +504,24 @@ pub fn unknown_builtin_fields(obj: &Value) -> Vec<String> {
         };
         if is_unknown {
             unknown.push(render_path(&m.path));
+            removals.push(m.path);
         }
     }
+    // Only object keys are removed, so list positions of the remaining paths stay valid.
+    for path in removals {
+        remove_at(obj, &path);
+    }
     unknown
+}
+
+/// Remove the object key a path ends in; other paths are ignored.
+fn remove_at(obj: &mut Value, path: &[Seg]) {
+    let Some((Seg::Key(last), parent)) = path.split_last() else {
+        return;
+    };
+    if let Some(Value::Object(m)) = get_at_mut(obj, parent) {
+        m.remove(last.as_str());
+    }
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -862,6 +888,32 @@ mod tests {
             "spec": {"replicas": null, "strategy": null, "template": {"spec": {"containers": [{"name": "c", "command": null}]}}},
             "status": null});
         assert!(unknown_builtin_fields(&nulls).is_empty());
+    }
+
+    #[test]
+    fn pruning_removes_only_unknown_keys() {
+        let mut d = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "bogus": 1},
+            "spec": {"foo": "bar", "replicas": 2, "template": {"spec": {"containers": [
+                {"name": "c", "image": "nginx", "imagee": "typo", "resources": {"limits": {"cpu": "0.5"}}}]}}}});
+        let removed = prune_unknown_builtin_fields(&mut d);
+        assert_eq!(
+            removed,
+            vec![
+                ".metadata.bogus",
+                ".spec.foo",
+                ".spec.template.spec.containers[0].imagee"
+            ]
+        );
+        assert_eq!(
+            d,
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+                "spec": {"replicas": 2, "template": {"spec": {"containers": [
+                    {"name": "c", "image": "nginx", "resources": {"limits": {"cpu": "0.5"}}}]}}}}),
+            "quantities keep their spelling"
+        );
+        let mut unknown_kind = json!({"apiVersion": "demo.example.com/v1", "kind": "App", "spec": {"x": 1}});
+        assert!(prune_unknown_builtin_fields(&mut unknown_kind).is_empty());
+        assert_eq!(unknown_kind["spec"]["x"], 1);
     }
 
     #[test]

@@ -324,7 +324,8 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(err, ProcessError::Timeout(Duration::from_millis(500)));
-        assert!(started.elapsed() < Duration::from_secs(5));
+        // The tool sleeps 30 s: anything well below that proves it was killed.
+        assert!(started.elapsed() < Duration::from_secs(20));
         tokio::time::sleep(Duration::from_secs(4)).await;
         assert!(!marker.exists(), "the background child must die with the group");
     }

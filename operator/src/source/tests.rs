@@ -397,14 +397,14 @@ async fn tarpit_times_out() {
         let err = src.ls_remote(&u, &none).await.unwrap_err();
         assert_eq!(err.category(), "Timeout", "{u}: {err}");
         assert!(
-            start.elapsed() < Duration::from_secs(10),
+            start.elapsed() < Duration::from_secs(60),
             "{u}: took {:?}",
             start.elapsed()
         );
         let start = Instant::now();
         let err = src.fetch(&u, &none, &rev("main")).await.unwrap_err();
         assert_eq!(err.category(), "Timeout", "{u}: {err}");
-        assert!(start.elapsed() < Duration::from_secs(10));
+        assert!(start.elapsed() < Duration::from_secs(60));
     }
 }
 
@@ -426,8 +426,9 @@ async fn total_deadline_is_enforced_and_lock_wait_is_bounded() {
     let (a, b) = tokio::join!(src.fetch(&u, &none, &r), src.fetch(&u, &none, &r));
     assert_eq!(a.unwrap_err().category(), "Timeout");
     assert_eq!(b.unwrap_err().category(), "Timeout");
+    // Unbounded lock waits would add libgit2's 3 s I/O timeout to the second fetch (≈4.3 s in all).
     assert!(
-        start.elapsed() < Duration::from_millis(2500),
+        start.elapsed() < Duration::from_millis(3800),
         "took {:?}",
         start.elapsed()
     );

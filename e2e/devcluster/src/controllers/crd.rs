@@ -54,12 +54,22 @@ fn handle(sh: &Shared, ev: &Event, st: &mut State) {
     let name = ev.obj.name.clone();
     match ev.kind {
         EventType::Deleted => {
+            if !st.specs.contains_key(&name) {
+                // Never served (its names were refused): its storage key may belong to another resource.
+                return;
+            }
             st.specs.remove(&name);
             sh.registry.write().set_crd(&name, Vec::new());
             if let Some(key) = storage_key(crd) {
                 st.terminating.remove(&key);
                 sh.store.drop_resource(&key);
+                // No receivers (no open watches) is not an error.
+                let _ = sh.signals.resource_dropped.send(key);
             }
+        }
+        _ if ops::is_deleting(crd) && !st.specs.contains_key(&name) => {
+            // Never served: it has no custom resources of its own (its storage key may be another CRD's).
+            remove_finalizer(sh, &ev.obj, FINALIZER_CRD_CLEANUP, MANAGER);
         }
         _ if ops::is_deleting(crd) => {
             let Some(key) = storage_key(crd) else { return };
@@ -72,14 +82,114 @@ fn handle(sh: &Shared, ev: &Event, st: &mut State) {
             }
             try_finish(sh, &key, &name);
         }
-        _ => {
-            if st.specs.get(&name) != Some(&crd["spec"]) {
-                sh.registry.write().set_crd(&name, infos_from_crd(crd));
-                st.specs.insert(name.clone(), crd["spec"].clone());
-            }
-            set_status(sh, &ev.obj, established_status(crd, &ops::now_secs()));
+        _ => reconcile(sh, &ev.obj, crd, st),
+    }
+    if ev.kind == EventType::Deleted {
+        retry_unaccepted(sh, crd, st);
+    }
+}
+
+/// Register a CRD's resources and report it established, unless its names clash with a resource already served
+/// in its group; then NamesAccepted=False and nothing new is served (a CRD established earlier keeps serving
+/// the names it had).
+fn reconcile(sh: &Shared, r: &ObjRef, crd: &Value, st: &mut State) {
+    let name = &r.name;
+    if let Some((reason, message)) = names_conflict(sh, name, crd) {
+        let established = st.specs.contains_key(name);
+        set_status(sh, r, conflict_status(crd, reason, &message, established));
+        return;
+    }
+    if st.specs.get(name) != Some(&crd["spec"]) {
+        sh.registry.write().set_crd(name, infos_from_crd(crd));
+        st.specs.insert(name.clone(), crd["spec"].clone());
+    }
+    set_status(sh, r, established_status(crd, &ops::now_secs()));
+}
+
+/// After a CRD is deleted, CRDs of its group whose names were refused may now be accepted.
+fn retry_unaccepted(sh: &Shared, deleted: &Value, st: &mut State) {
+    let group = deleted.pointer("/spec/group").and_then(Value::as_str).unwrap_or("");
+    let key: ResKey = Arc::from(CRD_KEY);
+    for (r, crd) in cr_objects(sh, &key) {
+        let same_group = crd.pointer("/spec/group").and_then(Value::as_str) == Some(group);
+        if same_group && !st.specs.contains_key(&r.name) && !ops::is_deleting(&crd) {
+            reconcile(sh, &r, &crd, st);
         }
     }
+}
+
+/// The first name of a CRD that another served resource of the same group already uses, as the
+/// NamingConditionController reports it: (reason, message).
+fn names_conflict(sh: &Shared, crd_name: &str, crd: &Value) -> Option<(&'static str, String)> {
+    let group = crd.pointer("/spec/group")?.as_str()?;
+    let names = accepted_names(crd);
+    let text = |k: &str| names[k].as_str().unwrap_or("").to_string();
+    let (plural, singular, kind, list_kind) = (text("plural"), text("singular"), text("kind"), text("listKind"));
+    let short: Vec<String> = names["shortNames"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect())
+        .unwrap_or_default();
+    let others: Vec<_> = sh
+        .registry
+        .read()
+        .group_resources(group)
+        .into_iter()
+        .filter(|ri| ri.custom.as_ref().is_none_or(|c| c.crd_name != crd_name))
+        .collect();
+    let in_use = |n: &str| format!("{n:?} is already in use");
+    if others.iter().any(|ri| ri.plural == plural || ri.singular == plural) {
+        return Some(("PluralConflict", in_use(&plural)));
+    }
+    if !singular.is_empty() && others.iter().any(|ri| ri.singular == singular || ri.plural == singular) {
+        return Some(("SingularConflict", in_use(&singular)));
+    }
+    if let Some(s) = short
+        .iter()
+        .find(|s| others.iter().any(|ri| ri.short_names.contains(s)))
+    {
+        return Some(("ShortNamesConflict", in_use(s)));
+    }
+    if others.iter().any(|ri| ri.kind == kind) {
+        return Some(("KindConflict", in_use(&kind)));
+    }
+    if others.iter().any(|ri| ri.list_kind() == list_kind) {
+        return Some(("ListKindConflict", in_use(&list_kind)));
+    }
+    None
+}
+
+/// Status of a CRD whose names were refused: NamesAccepted=False, and Established=False unless it was
+/// established before.
+fn conflict_status(crd: &Value, reason: &str, message: &str, established: bool) -> Value {
+    let now = ops::now_secs();
+    let accepted = crd
+        .pointer("/status/acceptedNames")
+        .cloned()
+        .unwrap_or_else(|| json!({"plural": "", "kind": ""}));
+    let established = if established {
+        condition(
+            crd,
+            "Established",
+            "True",
+            "InitialNamesAccepted",
+            "the initial names have been accepted",
+            &now,
+        )
+    } else {
+        condition(
+            crd,
+            "Established",
+            "False",
+            "NotAccepted",
+            "not all names are accepted",
+            &now,
+        )
+    };
+    json!({
+        "acceptedNames": accepted,
+        "conditions": [condition(crd, "NamesAccepted", "False", reason, message, &now), established],
+        "storedVersions": stored_versions(crd),
+    })
 }
 
 fn cr_objects(sh: &Shared, key: &ResKey) -> Vec<(ObjRef, Arc<Value>)> {

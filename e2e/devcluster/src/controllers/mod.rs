@@ -55,9 +55,14 @@ fn ns_of(r: &ObjRef) -> Option<&str> {
 
 /// Delete an object with background propagation; a missing object is fine.
 pub fn delete_background(sh: &Shared, r: &ObjRef) {
+    delete_with(sh, r, "Background");
+}
+
+/// Delete an object with a propagation policy; a missing object is fine.
+pub fn delete_with(sh: &Shared, r: &ObjRef, policy: &str) {
     let Some(ri) = resource_of(sh, &r.res) else { return };
     let o = DeleteOpts {
-        propagation: Some("Background".into()),
+        propagation: Some(policy.into()),
         ..Default::default()
     };
     if let Err(e) = ops::delete(sh, &ri, ns_of(r), &r.name, &o) {

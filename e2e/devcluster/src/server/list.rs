@@ -74,7 +74,9 @@ impl ListParams {
             .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;
         let fields = FieldSelector::parse(q.get("fieldSelector").unwrap_or(""))
             .map_err(|e| ApiError::bad_request(format!("invalid field selector: {e}")))?;
-        fields.check_supported(&ri.kind).map_err(ApiError::bad_request)?;
+        fields
+            .check_supported(&ri.group, &ri.kind)
+            .map_err(ApiError::bad_request)?;
         Ok(ListParams {
             labels,
             fields,
@@ -221,10 +223,16 @@ pub fn serve(sh: &Shared, ri: &ResourceInfo, ns: Option<&str>, ctx: &Ctx) -> Api
     match out {
         Output::Table => {
             let cols = ri.custom.as_ref().and_then(|c| c.printer_columns.as_deref());
-            let objs: Vec<Value> = page.items.iter().map(|o| ops::for_version(ri, o)).collect();
-            let mut t = crate::table::build(&ri.kind, cols, &objs, include, chrono::Utc::now());
-            t["metadata"] = list_meta(&page);
-            Ok(json_response(200, &t))
+            // Only objects whose served shape differs are copied; the rest are borrowed from the store.
+            let items: Vec<Arc<Value>> = page.items.iter().map(|o| ops::shaped(ri, o.clone())).collect();
+            let refs: Vec<&Value> = items.iter().map(|o| o.as_ref()).collect();
+            let mut t = crate::table::table(&ri.group, &ri.kind, cols, &refs, include, chrono::Utc::now());
+            t.metadata = list_meta(&page);
+            Ok(json_bytes(
+                200,
+                "application/json",
+                serde_json::to_vec(&t).unwrap_or_default(),
+            ))
         }
         Output::Metadata => {
             let items: Vec<Value> = page.items.iter().map(|o| super::partial_metadata(o)).collect();

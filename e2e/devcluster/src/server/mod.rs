@@ -40,6 +40,9 @@ pub struct Signals {
     pub drop_watches: signal::Sender<u64>,
     pub paused: signal::Sender<bool>,
     pub shutdown: signal::Sender<bool>,
+    /// Storage keys whose resource stopped being served (a deleted CRD): their open watches end, as the real
+    /// server's cacher terminates its watchers when the CR storage is destroyed.
+    pub resource_dropped: tokio::sync::broadcast::Sender<crate::registry::ResKey>,
 }
 
 impl Default for Signals {
@@ -49,6 +52,7 @@ impl Default for Signals {
             drop_watches: signal::channel(0).0,
             paused: signal::channel(false).0,
             shutdown: signal::channel(false).0,
+            resource_dropped: tokio::sync::broadcast::channel(64).0,
         }
     }
 }
@@ -368,16 +372,17 @@ pub fn render_object(ri: &ResourceInfo, out: Output, include: IncludeObject, obj
     match out {
         Output::Table => {
             let cols = ri.custom.as_ref().and_then(|c| c.printer_columns.as_deref());
-            let mut t = crate::table::build(
-                &ri.kind,
-                cols,
-                &[ops::for_version(ri, obj)],
-                include,
-                chrono::Utc::now(),
-            );
-            t["metadata"] =
+            let owned;
+            let shaped = if ops::needs_version_fix(ri, obj) {
+                owned = ops::for_version(ri, obj);
+                &owned
+            } else {
+                obj
+            };
+            let mut t = crate::table::table(&ri.group, &ri.kind, cols, &[shaped], include, chrono::Utc::now());
+            t.metadata =
                 json!({"resourceVersion": obj.pointer("/metadata/resourceVersion").cloned().unwrap_or(json!(""))});
-            t
+            t.to_value()
         }
         Output::Metadata => partial_metadata(obj),
         _ => ops::for_version(ri, obj),
@@ -520,6 +525,12 @@ fn delete_opts(ctx: &Ctx, raw: &[u8]) -> ApiResult<DeleteOpts> {
             serde_json::from_slice(raw).map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?;
         o.propagation = v["propagationPolicy"].as_str().map(str::to_string);
         o.orphan_dependents = v["orphanDependents"].as_bool();
+        o.grace_period_seconds = match &v["gracePeriodSeconds"] {
+            Value::Null => None,
+            g => Some(g.as_i64().ok_or_else(|| {
+                ApiError::bad_request("invalid DeleteOptions: gracePeriodSeconds must be an integer")
+            })?),
+        };
         o.uid = v
             .pointer("/preconditions/uid")
             .and_then(Value::as_str)
@@ -536,6 +547,12 @@ fn delete_opts(ctx: &Ctx, raw: &[u8]) -> ApiResult<DeleteOpts> {
     }
     if let Some(p) = ctx.query.non_empty("propagationPolicy") {
         o.propagation = Some(p.to_string());
+    }
+    if let Some(g) = ctx.query.non_empty("gracePeriodSeconds") {
+        o.grace_period_seconds = Some(
+            g.parse()
+                .map_err(|_| ApiError::bad_request(format!("gracePeriodSeconds: invalid value {g:?}")))?,
+        );
     }
     if ctx.query.get("orphanDependents").is_some() {
         o.orphan_dependents = Some(ctx.query.flag("orphanDependents")?);

@@ -18,7 +18,7 @@ use crate::registry::ResourceInfo;
 use crate::schema::{Builtin, FieldSchema};
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::store::{rv_of, CommitError, ObjRef, Write};
-use crate::{defaults, patch, ssa, validation};
+use crate::{defaults, events, patch, ssa, validation};
 
 use super::Shared;
 
@@ -118,6 +118,10 @@ pub struct DeleteOpts {
     pub uid: Option<String>,
     pub resource_version: Option<String>,
     pub orphan_dependents: Option<bool>,
+    /// `gracePeriodSeconds` (kubectl `--grace-period`, `--now`, `--force`). Accepted and validated, but there is
+    /// no kubelet to wait for: every object, Pods included, is deleted (or marked for deletion when finalizers
+    /// remain) at once, which is what a real cluster does for `--grace-period=0 --force`.
+    pub grace_period_seconds: Option<i64>,
 }
 
 /// Errors inside a read-modify-write attempt.
@@ -264,18 +268,70 @@ fn commit_err(ri: &ResourceInfo, r: &ObjRef, e: CommitError) -> OpError {
     }
 }
 
-/// Output form of an object for this endpoint's version (CR versions share storage).
+/// Whether `ri` is the events.k8s.io/v1 view of the core/v1 Event storage (see `events.rs`).
+fn is_events_v1_resource(ri: &ResourceInfo) -> bool {
+    ri.group == "events.k8s.io" && ri.plural == "events" && !ri.is_custom()
+}
+
+fn is_core_event_resource(ri: &ResourceInfo) -> bool {
+    ri.group.is_empty() && ri.plural == "events"
+}
+
+/// Output form of a stored object for this endpoint: CR versions share storage (apiVersion rewritten, and
+/// schema defaults applied, as the real server does when it decodes an object read from etcd), and
+/// events.k8s.io/v1 Events are converted from the core/v1 storage shape.
 pub fn for_version(ri: &ResourceInfo, obj: &Value) -> Value {
+    if is_events_v1_resource(ri) {
+        return events::to_events_v1(obj);
+    }
+    if is_core_event_resource(ri) {
+        return events::to_core(obj.clone());
+    }
     let mut out = obj.clone();
-    if ri.is_custom() && out["apiVersion"].as_str() != Some(ri.api_version().as_str()) {
-        out["apiVersion"] = json!(ri.api_version());
+    if let Some(c) = &ri.custom {
+        if out["apiVersion"].as_str() != Some(ri.api_version().as_str()) {
+            out["apiVersion"] = json!(ri.api_version());
+        }
+        if let Some(s) = c.schema.as_ref().filter(|s| s.has_defaults()) {
+            s.default(&mut out);
+        }
     }
     out
 }
 
-/// Whether a stored object needs a per-version rewrite.
+/// Whether [`for_version`] would change a stored object (otherwise it can be served as is, without a copy).
 pub fn needs_version_fix(ri: &ResourceInfo, obj: &Value) -> bool {
-    ri.is_custom() && obj["apiVersion"].as_str() != Some(ri.api_version().as_str())
+    if is_events_v1_resource(ri) {
+        return !events::is_events_v1(obj);
+    }
+    if is_core_event_resource(ri) {
+        return events::is_events_v1(obj);
+    }
+    match &ri.custom {
+        Some(c) => {
+            obj["apiVersion"].as_str() != Some(ri.api_version().as_str())
+                || c.schema.as_ref().is_some_and(|s| s.has_defaults())
+        }
+        None => false,
+    }
+}
+
+/// A stored object as this endpoint serves it, copied only when it has to change.
+pub fn shaped(ri: &ResourceInfo, obj: Arc<Value>) -> Arc<Value> {
+    if needs_version_fix(ri, &obj) {
+        Arc::new(for_version(ri, &obj))
+    } else {
+        obj
+    }
+}
+
+/// The storage shape of an object written through `ri` (events.k8s.io Events are stored as core/v1 ones).
+pub fn to_storage(ri: &ResourceInfo, obj: Value) -> Value {
+    if is_events_v1_resource(ri) {
+        events::to_core(obj)
+    } else {
+        obj
+    }
 }
 
 // ------------------------------------------------------------------------------------------------------------
@@ -382,7 +438,8 @@ fn check_name(obj: &mut Value, name: &str) -> ApiResult<()> {
     }
 }
 
-/// Unknown fields and duplicate keys per fieldValidation (spec §18). CRs are pruned in every mode.
+/// Unknown fields and duplicate keys per fieldValidation (spec §18). Unknown fields are removed in every mode:
+/// CRs by structural pruning, built-ins because the real server decodes them into typed structs.
 fn field_validation(
     ri: &ResourceInfo,
     obj: &mut Value,
@@ -391,7 +448,7 @@ fn field_validation(
 ) -> ApiResult<Vec<String>> {
     let unknown = match &ri.custom {
         Some(c) => c.schema.as_ref().map(|s| s.prune(obj)).unwrap_or_default(),
-        None => validation::unknown_builtin_fields(obj),
+        None => validation::prune_unknown_builtin_fields(obj),
     };
     let mut msgs: Vec<String> = unknown
         .iter()
@@ -586,6 +643,24 @@ fn assign_name(ri: &ResourceInfo, obj: &mut Value) -> ApiResult<String> {
     Ok(name)
 }
 
+/// Storage key of CustomResourceDefinitions.
+const CRD_KEY: &str = "apiextensions.k8s.io/customresourcedefinitions";
+
+/// New custom resources are refused while their CRD is being deleted, as the apiextensions-apiserver does
+/// (405 `create not allowed while custom resource definition is terminating`); otherwise the CRD cleanup could
+/// race with creators forever. Apply-creates are refused too, since they create the same way.
+fn check_crd_not_terminating(sh: &Shared, ri: &ResourceInfo) -> ApiResult<()> {
+    let Some(c) = &ri.custom else { return Ok(()) };
+    let key: crate::registry::ResKey = Arc::from(CRD_KEY);
+    match sh.store.get(&key, "", &c.crd_name) {
+        Some(crd) if is_deleting(&crd) => Err(ApiError::method_not_allowed(
+            "create not allowed while custom resource definition is terminating",
+        )
+        .with_details(&ri.plural, &ri.group, "")),
+        _ => Ok(()),
+    }
+}
+
 /// POST: create an object (201).
 pub fn create(
     sh: &Shared,
@@ -600,6 +675,7 @@ pub fn create(
         return Ok(review_response(obj));
     }
     check_namespace(ri, &mut obj, ns)?;
+    check_crd_not_terminating(sh, ri)?;
     let name = assign_name(ri, &mut obj)?;
     let warnings = field_validation(ri, &mut obj, dups, opts.validation)?;
     prepare_new(ri, &mut obj);
@@ -640,7 +716,7 @@ fn commit_create(
         return Ok(obj);
     }
     let ns_check = if ri.namespaced { Some(r.ns.as_str()) } else { None };
-    match sh.store.commit(&r, None, Write::Put(obj), ns_check) {
+    match sh.store.commit(&r, None, Write::Put(to_storage(ri, obj)), ns_check) {
         Ok(v) => Ok((*v).clone()),
         Err(e) => match commit_err(ri, &r, e) {
             OpError::Api(e) => Err(e),
@@ -748,7 +824,8 @@ fn check_finalizers(ri: &ResourceInfo, old: &Value, new: &Value) -> ApiResult<()
 }
 
 /// Everything after the new object is computed: masking, metadata rules, defaults, validation, generation,
-/// managedFields, no-op detection, dry-run, and the commit (spec §5, §11.6, §12.3).
+/// managedFields, no-op detection, dry-run, and the commit (spec §5, §11.6, §12.3). `old` and `new` are in the
+/// endpoint's shape ([`shaped`]); the commit converts to the storage shape.
 #[allow(clippy::too_many_arguments)]
 fn finish_write(
     sh: &Shared,
@@ -789,6 +866,7 @@ fn finish_write(
     if opts.dry_run {
         return Ok(new);
     }
+    let new = to_storage(ri, new);
     let write = if finished {
         Write::Delete(Some(new))
     } else {
@@ -800,9 +878,11 @@ fn finish_write(
     }
 }
 
+/// The stored object in the endpoint's shape (see [`shaped`]), or 404.
 fn load(sh: &Shared, ri: &ResourceInfo, r: &ObjRef) -> OpResult<Arc<Value>> {
     sh.store
         .get(&r.res, &r.ns, &r.name)
+        .map(|o| shaped(ri, o))
         .ok_or_else(|| OpError::Api(ApiError::not_found(&ri.plural, &ri.group, &r.name)))
 }
 
@@ -977,7 +1057,7 @@ pub fn apply(
     let mut created = false;
     let object = retry(ri, name, || {
         created = false;
-        let live = sh.store.get(&r.res, &r.ns, &r.name);
+        let live = sh.store.get(&r.res, &r.ns, &r.name).map(|o| shaped(ri, o));
         if live.is_none() && sub != Sub::Main {
             return Err(ApiError::not_found(&ri.plural, &ri.group, name).into());
         }
@@ -995,6 +1075,7 @@ pub fn apply(
         let result = ssa::apply(req)?;
         match live {
             None => {
+                check_crd_not_terminating(sh, ri)?;
                 created = true;
                 let mut obj = result;
                 prepare_new(ri, &mut obj);
@@ -1253,7 +1334,10 @@ pub fn delete(sh: &Shared, ri: &ResourceInfo, ns: Option<&str>, name: &str, o: &
         if same_object(&old, &new) || o.dry_run {
             return Ok(Deleted::Object(new));
         }
-        match sh.store.commit(&r, Some(rv_of(&old)), Write::Put(new), None) {
+        match sh
+            .store
+            .commit(&r, Some(rv_of(&old)), Write::Put(to_storage(ri, new)), None)
+        {
             Ok(v) => Ok(Deleted::Object((*v).clone())),
             Err(e) => Err(commit_err(ri, &r, e)),
         }
@@ -1342,7 +1426,7 @@ pub fn modify(
     let r = obj_ref(ri, ns, name);
     let opts = WriteOpts::system(manager);
     retry(ri, name, || {
-        let Some(old) = sh.store.get(&r.res, &r.ns, &r.name) else {
+        let Some(old) = sh.store.get(&r.res, &r.ns, &r.name).map(|o| shaped(ri, o)) else {
             return Ok(None);
         };
         let mut new = (*old).clone();

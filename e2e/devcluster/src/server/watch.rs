@@ -215,6 +215,10 @@ impl Watcher {
         let mut dropped = self.sh.signals.drop_watches.subscribe();
         let mut paused = self.sh.signals.paused.subscribe();
         let mut shutdown = self.sh.signals.shutdown.subscribe();
+        let mut dropped_res = self.sh.signals.resource_dropped.subscribe();
+        if !self.still_served() {
+            return;
+        }
         let start = std::mem::replace(&mut self.p.start, WatchStart::Snapshot);
         let (replay, start_rv, mut rx) = match self.sh.store.watch(&self.ri.key, self.ns.as_deref(), start) {
             Ok(x) => x,
@@ -238,6 +242,15 @@ impl Watcher {
                 _ = self.tx.closed() => break End::Clean,
                 _ = shutdown.changed() => break End::Clean,
                 _ = dropped.changed() => break End::Abort,
+                r = dropped_res.recv() => match r {
+                    Ok(key) if key == self.ri.key => {
+                        self.drain(&mut rx).await;
+                        break End::Clean;
+                    }
+                    Err(broadcast::error::RecvError::Lagged(_)) if !self.still_served() => break End::Clean,
+                    Err(broadcast::error::RecvError::Closed) => break End::Clean,
+                    _ => {}
+                },
                 _ = compact.changed() => {
                     let cur = self.sh.store.current_rv();
                     self.send_error(format!("too old resource version: {} ({cur})", self.last_rv)).await;
@@ -268,6 +281,21 @@ impl Watcher {
         };
         if let End::Abort = end {
             let _ = self.tx.send(Err(std::io::Error::other("watch dropped by admin"))).await;
+        }
+    }
+
+    /// Whether the watched resource is still served. A watch on a custom resource whose CRD was deleted while
+    /// the request was being set up ends at once instead of waiting for events that cannot come.
+    fn still_served(&self) -> bool {
+        !self.ri.is_custom() || self.sh.registry.read().by_key(&self.ri.key).is_some()
+    }
+
+    /// Deliver the events already received (the deletions that emptied a dropped resource) before ending.
+    async fn drain(&mut self, rx: &mut broadcast::Receiver<Arc<Event>>) {
+        while let Ok(ev) = rx.try_recv() {
+            if !self.forward(&ev).await {
+                return;
+            }
         }
     }
 

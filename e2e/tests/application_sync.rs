@@ -1,0 +1,584 @@
+//! Sync ordering end to end (reference/argo-flux-semantics.md §2.1–§2.2): phases, waves and hooks with
+//! Argo CD's annotations, a wave that fails, app-of-apps waves, `dependsOn`, rollback, and an operator
+//! killed in the middle of a multi-wave sync.
+//!
+//! Order is read from resourceVersions: devcluster's are global and increasing, and a [`Recorder`]
+//! watching the namespace from before the Application exists sees every creation and every status
+//! change, so "B was created after A became healthy" is a comparison of two numbers.
+
+use capstan_e2e::capstan::{
+    application, automated, condition, get_object, health_status, operation_phase, sync_result_entry, sync_status,
+    synced_healthy, text, tracked_by, AppEnv, OperatorOptions, Recorder, APP_TIMEOUT,
+};
+use serde_json::{json, Value};
+
+fn list<'a>(v: &'a Value, ptr: &str) -> &'a [Value] {
+    v.pointer(ptr).and_then(Value::as_array).map_or(&[], Vec::as_slice)
+}
+
+fn has_condition(obj: &Value, type_: &str, status: &str) -> bool {
+    list(obj, "/status/conditions")
+        .iter()
+        .any(|c| text(c, "/type") == type_ && text(c, "/status") == status)
+}
+
+/// A Job that ran to completion.
+fn job_complete(job: &Value) -> bool {
+    has_condition(job, "Complete", "True")
+}
+
+/// A Deployment whose rollout finished (Argo CD's Healthy).
+fn deployment_available(d: &Value) -> bool {
+    let want = d.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1);
+    has_condition(d, "Available", "True")
+        && d.pointer("/status/updatedReplicas").and_then(Value::as_i64) == Some(want)
+        && d.pointer("/status/availableReplicas").and_then(Value::as_i64) == Some(want)
+}
+
+/// A Deployment past its progress deadline (Argo CD's Degraded).
+fn deployment_degraded(d: &Value) -> bool {
+    list(d, "/status/conditions")
+        .iter()
+        .any(|c| text(c, "/type") == "Progressing" && text(c, "/reason") == "ProgressDeadlineExceeded")
+}
+
+fn before(rec: &Recorder, what: &str, earlier: Option<u64>, later: Option<u64>) {
+    match (earlier, later) {
+        (Some(a), Some(b)) if a < b => {}
+        _ => panic!(
+            "expected {what} (resourceVersions {earlier:?} < {later:?})\n--- recorded ---\n{}",
+            rec.trace()
+        ),
+    }
+}
+
+/// PreSync hook → wave 0 → wave 1 (healthy) → wave 2 → PostSync hook; HookSucceeded hooks are gone after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waves_and_hooks_run_in_argo_order_and_succeeded_hooks_are_deleted() {
+    let env = AppEnv::start("waves").await;
+    env.repo.copy_fixture("waves-hooks", "app");
+    let sha = env.repo.commit("waves and hooks").await;
+    let rec = Recorder::start(&env.client().await, &env.ns, &["Job", "ConfigMap", "Deployment"]).await;
+
+    env.apply(&[application(
+        &env.ns,
+        "waves",
+        &env.repo.url(),
+        "app",
+        &env.ns,
+        automated(true, false),
+    )])
+    .await;
+    let app = env
+        .wait_app("waves", "the sync operation Succeeded", |a| {
+            operation_phase(a) == "Succeeded"
+        })
+        .await;
+    assert_eq!(text(&app, "/status/operationState/syncResult/revision"), sha);
+
+    // PreSync finished before the Sync phase started.
+    before(
+        &rec,
+        "the PreSync Job to complete before wave 0 is applied",
+        rec.first_where("Job", "db-migrate", job_complete),
+        rec.created("ConfigMap", "app-config"),
+    );
+    before(
+        &rec,
+        "wave 0 before wave 1",
+        rec.created("ConfigMap", "app-config"),
+        rec.created("Deployment", "backend"),
+    );
+    before(
+        &rec,
+        "wave 1 to be healthy before wave 2 is applied",
+        rec.first_where("Deployment", "backend", deployment_available),
+        rec.created("Deployment", "frontend"),
+    );
+    before(
+        &rec,
+        "the last wave to be healthy before the PostSync hook",
+        rec.first_where("Deployment", "frontend", deployment_available),
+        rec.created("Job", "smoke-test"),
+    );
+    before(
+        &rec,
+        "the PostSync hook to complete before the hook is deleted",
+        rec.first_where("Job", "smoke-test", job_complete),
+        rec.of("Job", "smoke-test").iter().find(|s| s.deleted).map(|s| s.rv),
+    );
+
+    // Each hook ran once, and HookSucceeded removed both.
+    for hook in ["db-migrate", "smoke-test"] {
+        assert_eq!(rec.uids("Job", hook).len(), 1, "{hook} created once\n{}", rec.trace());
+        env.wait_object("Job", hook, "is deleted (HookSucceeded)", |o| o.is_none())
+            .await;
+    }
+
+    // The result records the hooks with their type and phase, and the resources with their phase.
+    let app = env.wait_synced_healthy("waves").await;
+    for (hook, hook_type) in [("db-migrate", "PreSync"), ("smoke-test", "PostSync")] {
+        let entry =
+            sync_result_entry(&app, "Job", hook).unwrap_or_else(|| env.fail(&format!("no syncResult for {hook}")));
+        assert_eq!(text(entry, "/hookType"), hook_type, "{entry}");
+        assert_eq!(text(entry, "/hookPhase"), "Succeeded", "{entry}");
+    }
+    let backend = sync_result_entry(&app, "Deployment", "backend").expect("a syncResult for backend");
+    assert_eq!(text(backend, "/status"), "Synced", "{backend}");
+    assert_eq!(text(backend, "/syncPhase"), "Sync", "{backend}");
+    // Hooks are not part of the desired state: the app is Synced without them.
+    assert_eq!(sync_status(&app), "Synced");
+}
+
+/// A Degraded Deployment in wave 1 fails the sync: SyncFail hooks run, wave 2 and PostSync never do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_degraded_wave_fails_the_sync_and_runs_the_syncfail_hook() {
+    let env = AppEnv::start("failwave").await;
+    env.repo.copy_fixture("failing-wave", "app");
+    env.repo.commit("failing wave").await;
+    let rec = Recorder::start(&env.client().await, &env.ns, &["Job", "ConfigMap", "Deployment"]).await;
+
+    // A manual sync (no automated policy, so no automatic retries of the failed operation).
+    env.apply(&[application(
+        &env.ns,
+        "failing",
+        &env.repo.url(),
+        "app",
+        &env.ns,
+        json!({}),
+    )])
+    .await;
+    env.wait_app("failing", "compared (OutOfSync)", |a| sync_status(a) == "OutOfSync")
+        .await;
+    assert!(
+        rec.all().is_empty(),
+        "nothing is applied without a sync:\n{}",
+        rec.trace()
+    );
+    env.sync("failing", json!({"syncStrategy": {"hook": {}}})).await;
+
+    let app = env
+        .wait_app("failing", "the sync operation Failed", |a| {
+            operation_phase(a) == "Failed"
+        })
+        .await;
+    assert!(
+        !text(&app, "/status/operationState/message").is_empty(),
+        "a failed operation says why"
+    );
+
+    assert!(env.get("ConfigMap", "first").await.is_some(), "wave 0 was applied");
+    before(
+        &rec,
+        "the SyncFail hook to run after the Deployment became Degraded",
+        rec.first_where("Deployment", "broken", deployment_degraded),
+        rec.created("Job", "notify-failure"),
+    );
+    assert_eq!(rec.uids("Job", "notify-failure").len(), 1, "{}", rec.trace());
+    // The hook has no delete policy (BeforeHookCreation): it stays, and it completes.
+    env.wait_object("Job", "notify-failure", "completes", |j| j.is_some_and(job_complete))
+        .await;
+
+    // Later waves and the PostSync phase never ran.
+    assert!(
+        rec.of("ConfigMap", "after").is_empty(),
+        "wave 2 was applied:\n{}",
+        rec.trace()
+    );
+    assert!(rec.of("Job", "post-sync").is_empty(), "PostSync ran:\n{}", rec.trace());
+    assert!(env.get("ConfigMap", "after").await.is_none());
+
+    let app = env
+        .wait_app("failing", "Degraded and OutOfSync", |a| {
+            health_status(a) == "Degraded" && sync_status(a) == "OutOfSync"
+        })
+        .await;
+    let syncfail = sync_result_entry(&app, "Job", "notify-failure");
+    assert!(
+        syncfail.is_some_and(|e| text(e, "/hookType") == "SyncFail"),
+        "the SyncFail hook is in the result: {syncfail:?}"
+    );
+    // A manual sync is not retried: still exactly one SyncFail run.
+    assert_eq!(rec.uids("Job", "notify-failure").len(), 1, "{}", rec.trace());
+}
+
+/// App of apps: child Applications with sync waves; the wave-1 child waits for the wave-0 child.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn app_of_apps_syncs_children_in_wave_order() {
+    let env = AppEnv::start("appofapps").await;
+    env.repo.copy_fixture("app-of-apps/children", "children");
+    let url = env.repo.url();
+    for (name, wave) in [("database", "0"), ("api", "1")] {
+        let mut child = application(
+            "placeholder",
+            name,
+            &url,
+            &format!("children/{name}"),
+            &env.ns,
+            automated(true, false),
+        );
+        // As in Argo CD's app-of-apps repositories: no namespace; the parent's destination supplies it.
+        child["metadata"] = json!({"name": name, "annotations": {"argocd.argoproj.io/sync-wave": wave}});
+        env.repo
+            .write(&format!("apps/{name}.yaml"), &capstan_e2e::fixtures::to_yaml(&[child]));
+    }
+    env.repo.commit("app of apps").await;
+    let rec = Recorder::start(
+        &env.client().await,
+        &env.ns,
+        &["Application", "Deployment", "ConfigMap"],
+    )
+    .await;
+
+    env.apply(&[application(
+        &env.ns,
+        "root",
+        &url,
+        "apps",
+        &env.ns,
+        automated(true, false),
+    )])
+    .await;
+    env.wait_synced_healthy("root").await;
+    let database = env.wait_synced_healthy("database").await;
+    env.wait_synced_healthy("api").await;
+
+    before(
+        &rec,
+        "the wave-1 child to be created only after the wave-0 child is Synced and Healthy",
+        rec.first_where("Application", "database", synced_healthy),
+        rec.created("Application", "api"),
+    );
+    before(
+        &rec,
+        "the wave-0 child's Deployment to be available before the wave-1 child's objects exist",
+        rec.first_where("Deployment", "database", deployment_available),
+        rec.created("ConfigMap", "api-config"),
+    );
+    assert!(tracked_by(&database, &env.ns, "root"), "{}", database["metadata"]);
+    assert_eq!(
+        text(&database, "/metadata/annotations/capstan.dev~1tracking-id"),
+        format!("{}/root:capstan.dev/Application:{}/database", env.ns, env.ns)
+    );
+    assert!(tracked_by(
+        &env.must_get("Deployment", "database").await,
+        &env.ns,
+        "database"
+    ));
+    assert!(tracked_by(
+        &env.must_get("ConfigMap", "api-config").await,
+        &env.ns,
+        "api"
+    ));
+}
+
+/// `dependsOn`: B does not sync until A is Synced and Healthy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn depends_on_holds_a_sync_until_the_dependency_is_synced_and_healthy() {
+    let env = AppEnv::start("dependson").await;
+    env.repo.copy_fixture("depends-on", "deps");
+    env.repo.commit("depends on").await;
+    let rec = Recorder::start(
+        &env.client().await,
+        &env.ns,
+        &["Application", "Deployment", "ConfigMap"],
+    )
+    .await;
+    let url = env.repo.url();
+
+    let mut api = application(&env.ns, "api", &url, "deps/api", &env.ns, automated(true, false));
+    api["spec"]["dependsOn"] = json!(["database"]);
+    let database = application(
+        &env.ns,
+        "database",
+        &url,
+        "deps/database",
+        &env.ns,
+        automated(true, false),
+    );
+    // The dependent first, so nothing but dependsOn can explain the order.
+    env.apply(&[api, database]).await;
+
+    env.wait_synced_healthy("database").await;
+    env.wait_synced_healthy("api").await;
+    before(
+        &rec,
+        "api's objects to be applied only after database is Synced and Healthy",
+        rec.first_where("Application", "database", synced_healthy),
+        rec.created("ConfigMap", "api-config"),
+    );
+    before(
+        &rec,
+        "database's Deployment (delayed) to be available before api syncs",
+        rec.first_where("Deployment", "database", deployment_available),
+        rec.created("ConfigMap", "api-config"),
+    );
+    let waited = rec.of("Application", "api").iter().any(|s| {
+        list(&s.object, "/status/conditions")
+            .iter()
+            .any(|c| text(c, "/reason") == "DependencyNotReady")
+    });
+    assert!(
+        waited,
+        "api never reported DependencyNotReady while database progressed\n{}",
+        rec.trace()
+    );
+    let api = env.app("api").await;
+    assert!(
+        !list(&api, "/status/conditions")
+            .iter()
+            .any(|c| text(c, "/reason") == "DependencyNotReady"),
+        "the waiting condition is cleared: {}",
+        api["status"]["conditions"]
+    );
+}
+
+/// Sync revision 1, then revision 2 by hand, then roll back to the first history entry; rollback is
+/// refused while automated sync is on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollback_to_a_history_id_restores_the_old_revision_and_is_refused_while_automated() {
+    let env = AppEnv::start("rollback").await;
+    let version = |v: &str| {
+        capstan_e2e::fixtures::to_yaml(&[json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "release"},
+            "data": {"version": v},
+        })])
+    };
+    env.repo.write("app/release.yaml", &version("1"));
+    let rev1 = env.repo.commit("release 1").await;
+    env.apply(&[application(
+        &env.ns,
+        "release",
+        &env.repo.url(),
+        "app",
+        &env.ns,
+        json!({}),
+    )])
+    .await;
+
+    env.wait_app("release", "OutOfSync at revision 1", |a| {
+        sync_status(a) == "OutOfSync" && text(a, "/status/sync/revision") == rev1
+    })
+    .await;
+    env.sync("release", json!({})).await;
+    let app = env
+        .wait_app("release", "synced to revision 1", |a| {
+            synced_healthy(a) && list(a, "/status/history").len() == 1
+        })
+        .await;
+    let first_id = app["status"]["history"][0]["id"].as_i64().expect("history[0].id");
+    assert_eq!(text(&app["status"]["history"][0], "/revision"), rev1);
+
+    env.repo.write("app/release.yaml", &version("2"));
+    let rev2 = env.repo.commit("release 2").await;
+    env.refresh("release", "normal").await;
+    env.wait_app("release", "OutOfSync at revision 2", |a| {
+        sync_status(a) == "OutOfSync" && text(a, "/status/sync/revision") == rev2
+    })
+    .await;
+    assert_eq!(
+        text(&env.must_get("ConfigMap", "release").await, "/data/version"),
+        "1",
+        "no automated sync"
+    );
+    env.sync("release", json!({"revision": rev2})).await;
+    let app = env
+        .wait_app("release", "synced to revision 2", |a| {
+            synced_healthy(a) && list(a, "/status/history").len() == 2
+        })
+        .await;
+    assert_eq!(text(&app["status"]["history"][1], "/revision"), rev2);
+    assert_eq!(text(&env.must_get("ConfigMap", "release").await, "/data/version"), "2");
+
+    env.patch_app(
+        "release",
+        &json!({"operation": {"initiatedBy": {"username": "e2e"}, "rollback": {"id": first_id}}}),
+    )
+    .await;
+    let app = env
+        .wait_app("release", "the rollback Succeeded", |a| {
+            // As in Argo CD, a rollback runs as a sync to the history entry's revision and source.
+            operation_phase(a) == "Succeeded"
+                && list(a, "/status/history").len() == 3
+                && text(a, "/status/operationState/syncResult/revision") == rev1
+        })
+        .await;
+    assert_eq!(text(&app, "/status/operationState/syncResult/revision"), rev1);
+    assert_eq!(
+        text(&app["status"]["history"][2], "/revision"),
+        rev1,
+        "the rollback is recorded"
+    );
+    assert_eq!(text(&env.must_get("ConfigMap", "release").await, "/data/version"), "1");
+    // Live now matches revision 1 while Git says revision 2, as in Argo CD after a rollback.
+    env.wait_app("release", "OutOfSync against revision 2", |a| {
+        sync_status(a) == "OutOfSync" && text(a, "/status/sync/revision") == rev2
+    })
+    .await;
+
+    // Automated sync on: it brings revision 2 back, and a rollback is refused.
+    env.patch_app("release", &json!({"spec": {"syncPolicy": {"automated": {}}}}))
+        .await;
+    env.wait_app("release", "auto-synced to revision 2", |a| {
+        synced_healthy(a) && text(a, "/status/sync/revision") == rev2
+    })
+    .await;
+    assert_eq!(text(&env.must_get("ConfigMap", "release").await, "/data/version"), "2");
+    let history_len = list(&env.app("release").await, "/status/history").len();
+    env.patch_app(
+        "release",
+        &json!({"operation": {"initiatedBy": {"username": "e2e"}, "rollback": {"id": first_id}}}),
+    )
+    .await;
+    let app = env
+        .wait_app("release", "the rollback is refused", |a| {
+            let refused_op = a.pointer("/status/operationState/operation/rollback").is_some()
+                && matches!(operation_phase(a), "Failed" | "Error");
+            let refused_condition = list(a, "/status/conditions")
+                .iter()
+                .any(|c| text(c, "/type") == "SyncError" && text(c, "/message").to_lowercase().contains("rollback"));
+            refused_op || refused_condition
+        })
+        .await;
+    let message = format!(
+        "{} {}",
+        text(&app, "/status/operationState/message"),
+        condition(&app, "SyncError")
+            .map(|c| text(c, "/message"))
+            .unwrap_or_default()
+    )
+    .to_lowercase();
+    assert!(message.contains("auto"), "the refusal names automated sync: {message}");
+    assert_eq!(
+        text(&env.must_get("ConfigMap", "release").await, "/data/version"),
+        "2",
+        "a refused rollback changes nothing"
+    );
+    let app = env.wait_synced_healthy("release").await;
+    assert_eq!(
+        list(&app, "/status/history").len(),
+        history_len,
+        "a refused rollback is not history"
+    );
+}
+
+/// SIGKILL in the middle of wave 1 of a multi-wave sync: the restarted operator resumes the same
+/// operation and completes it exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_killed_mid_sync_resumes_and_completes_exactly_once() {
+    let options = OperatorOptions {
+        reconcile_interval: "30s".into(),
+        ..OperatorOptions::default()
+    };
+    let mut env = AppEnv::start_with("restart", options).await;
+    env.repo.copy_fixture("restart-waves", "app");
+    let sha = env.repo.commit("three waves").await;
+    let rec = Recorder::start(&env.client().await, &env.ns, &["Job", "ConfigMap", "Deployment"]).await;
+
+    env.apply(&[application(
+        &env.ns,
+        "waves",
+        &env.repo.url(),
+        "app",
+        &env.ns,
+        automated(true, false),
+    )])
+    .await;
+    // Wave 1 is in progress: its slow Deployment exists and is not available yet.
+    let client = env.client().await;
+    let ns = env.ns.clone();
+    env.eventually("wave 1 is in progress", APP_TIMEOUT, || {
+        let (client, ns) = (client.clone(), ns.clone());
+        async move {
+            match get_object(&client, &ns, "Deployment", "wave1-slow").await {
+                Some(d) if !deployment_available(&d) => Ok(()),
+                Some(_) => Err("wave1-slow is already available: too late to interrupt wave 1".into()),
+                None => Err("wave1-slow does not exist yet".into()),
+            }
+        }
+    })
+    .await;
+    let before_kill = env.app("waves").await;
+    assert_eq!(operation_phase(&before_kill), "Running", "{}", before_kill["status"]);
+    let started_at = text(&before_kill, "/status/operationState/startedAt").to_owned();
+    assert!(
+        env.get("ConfigMap", "wave2").await.is_none(),
+        "wave 2 applied while wave 1 progresses"
+    );
+
+    env.operator.kill().await;
+    env.operator.restart().await;
+
+    let app = env
+        .wait_app("waves", "the sync operation Succeeded", |a| {
+            operation_phase(a) == "Succeeded"
+        })
+        .await;
+    assert_eq!(
+        text(&app, "/status/operationState/startedAt"),
+        started_at,
+        "the same operation was resumed, not started again"
+    );
+    assert_eq!(text(&app, "/status/operationState/syncResult/revision"), sha);
+    let history = list(&app, "/status/history");
+    assert_eq!(history.len(), 1, "one sync recorded: {history:?}");
+
+    // Exactly once: one object (one uid) per hook and resource, ever.
+    for (kind, name) in [
+        ("Job", "pre-hook"),
+        ("Job", "wave1-hook"),
+        ("Job", "post-hook"),
+        ("ConfigMap", "wave0"),
+        ("Deployment", "wave1-slow"),
+        ("ConfigMap", "wave2"),
+    ] {
+        let uids = rec.uids(kind, name);
+        assert_eq!(
+            uids.len(),
+            1,
+            "{kind} {name} created {} times\n{}",
+            uids.len(),
+            rec.trace()
+        );
+        assert!(
+            !rec.of(kind, name).iter().any(|s| s.deleted),
+            "{kind} {name} was deleted\n{}",
+            rec.trace()
+        );
+    }
+    before(
+        &rec,
+        "wave 1 to be healthy before wave 2 (across the restart)",
+        rec.first_where("Deployment", "wave1-slow", deployment_available),
+        rec.created("ConfigMap", "wave2"),
+    );
+    before(
+        &rec,
+        "the wave-1 Sync hook to complete before wave 2",
+        rec.first_where("Job", "wave1-hook", job_complete),
+        rec.created("ConfigMap", "wave2"),
+    );
+    before(
+        &rec,
+        "wave 2 before the PostSync hook",
+        rec.created("ConfigMap", "wave2"),
+        rec.created("Job", "post-hook"),
+    );
+    env.wait_synced_healthy("waves").await;
+    // Stable afterwards: a later reconcile does not run the hooks again.
+    env.refresh("waves", "hard").await;
+    env.wait_app("waves", "refreshed (annotation removed)", |a| {
+        a.pointer("/metadata/annotations/capstan.dev~1refresh").is_none()
+    })
+    .await;
+    for hook in ["pre-hook", "wave1-hook", "post-hook"] {
+        assert_eq!(
+            rec.uids("Job", hook).len(),
+            1,
+            "{hook} ran again after a refresh\n{}",
+            rec.trace()
+        );
+    }
+}

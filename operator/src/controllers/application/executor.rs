@@ -1,0 +1,234 @@
+//! Performs a sync step's [`Actions`] against the destination through `cluster::ops`, in the order the
+//! planner documents (finalizer removal, prunes, hook deletions, applies, deletions on success), and
+//! reports what happened as an [`Outcome`] for `engine::plan::record_outcome`.
+//!
+//! Every applied object gets label `capstan.dev/app-instance` and annotation `capstan.dev/tracking-id`
+//! (when the action asks for tracking). Prunes and deletions carry the live object's uid as a
+//! precondition when known, and the planner only ever prunes objects whose tracking id names this
+//! Application; the executor re-checks that on the live object before deleting (defence in depth).
+
+use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::core::GroupVersionKind;
+use kube::Api;
+use serde_json::{json, Value};
+
+use crate::cluster::ops::{self, ApplyOptions, DeleteOptions, DeleteOutcome, Propagation as OpsPropagation};
+use crate::cluster::{ClusterError, ClusterHandle};
+use crate::engine::object;
+use crate::engine::plan::{
+    Actions, ApplyAction, ApplyMode, DeleteAction, ObjectRef, Outcome, Propagation, PruneAction, HOOK_FINALIZER,
+};
+
+use super::compare::with_tracking;
+
+/// Who is syncing: the Application's namespace and name (for tracking metadata and the ownership check).
+#[derive(Clone, Copy, Debug)]
+pub struct Owner<'a> {
+    /// Namespace of the Application.
+    pub namespace: &'a str,
+    /// Name of the Application.
+    pub name: &'a str,
+}
+
+/// Executes `actions` in order; see the module doc.
+pub async fn execute(cluster: &ClusterHandle, owner: Owner<'_>, actions: &Actions) -> Outcome {
+    let mut outcome = Outcome::default();
+    for target in &actions.remove_finalizers {
+        if let Err(e) = remove_hook_finalizer(cluster, target).await {
+            tracing::debug!(error = %e, "removing the hook finalizer failed; retried by a later step");
+        }
+    }
+    for p in &actions.prune {
+        let result = prune(cluster, owner, p).await;
+        outcome.pruned.insert(p.id.clone(), result);
+    }
+    if outcome.pruned.values().any(Result::is_err) {
+        return outcome;
+    }
+    for d in &actions.delete {
+        outcome.deleted.insert(d.id.clone(), delete_hook(cluster, d).await);
+    }
+    if outcome.deleted.values().any(Result::is_err) {
+        return outcome;
+    }
+    for a in &actions.apply {
+        outcome.applied.insert(a.id.clone(), apply(cluster, owner, a).await);
+    }
+    let all_ok = outcome.applied.values().all(Result::is_ok);
+    if all_ok {
+        for d in &actions.delete_on_success {
+            outcome.deleted.insert(d.id.clone(), delete_hook(cluster, d).await);
+        }
+    }
+    outcome
+}
+
+/// Applies one object (tracking metadata added when asked). Messages follow kubectl's
+/// (`deployment.apps/web serverside-applied`).
+pub async fn apply(cluster: &ClusterHandle, owner: Owner<'_>, a: &ApplyAction) -> Result<String, String> {
+    let obj = if a.track {
+        with_tracking(&a.object, owner.namespace, owner.name)
+    } else {
+        a.object.clone()
+    };
+    let what = display(&obj);
+    let result = match a.mode {
+        ApplyMode::ServerSideApply { force_conflicts, .. } => {
+            let opts = ApplyOptions {
+                dry_run: a.dry_run,
+                force: force_conflicts,
+            };
+            ops::apply(cluster, &obj, &opts).await.map(|_| "serverside-applied")
+        }
+        ApplyMode::Create => ops::create(cluster, &obj, a.dry_run).await.map(|_| "created"),
+        ApplyMode::Replace { force: true } if !a.dry_run => recreate(cluster, &obj).await.map(|_| "replaced"),
+        ApplyMode::Replace { .. } => ops::replace(cluster, &obj, a.dry_run).await.map(|_| "replaced"),
+    };
+    match result {
+        Ok(verb) if a.dry_run => Ok(format!("{what} {verb} (dry run)")),
+        Ok(verb) => Ok(format!("{what} {verb}")),
+        Err(ClusterError::Conflict(_)) if matches!(a.mode, ApplyMode::Create) => Ok(format!("{what} created")),
+        Err(e @ (ClusterError::UnknownKind(_) | ClusterError::NotFound(_)))
+            if a.dry_run && a.skip_dry_run_if_missing =>
+        {
+            tracing::debug!(error = %e, "dry run skipped for a kind or namespace created by this sync");
+            Ok(format!("{what} dry run skipped"))
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// `Replace=true,Force=true`: delete (background) and create again.
+async fn recreate(cluster: &ClusterHandle, obj: &Value) -> Result<Value, ClusterError> {
+    let gvk = gvk(&ObjectRef {
+        api_version: obj
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string(),
+        kind: object::kind(obj).to_string(),
+        ..ObjectRef::default()
+    })?;
+    let opts = DeleteOptions {
+        propagation: OpsPropagation::Background,
+        ..DeleteOptions::default()
+    };
+    ops::delete(cluster, &gvk, object::namespace(obj), object::name(obj), &opts).await?;
+    ops::create(cluster, obj, false).await
+}
+
+/// Prunes one object, but only if the live object's tracking id still names this Application.
+async fn prune(cluster: &ClusterHandle, owner: Owner<'_>, p: &PruneAction) -> Result<String, String> {
+    let gvk = gvk(&p.target).map_err(|e| e.to_string())?;
+    let live = ops::get(cluster, &gvk, &p.target.namespace, &p.target.name)
+        .await
+        .map_err(|e| e.to_string())?;
+    let Some(live) = live else {
+        return Ok("pruned".into());
+    };
+    if !object::is_tracked_by(&live, owner.namespace, owner.name) {
+        return Err(format!(
+            "{} is not tracked by this Application; not deleted",
+            display(&live)
+        ));
+    }
+    let opts = DeleteOptions {
+        propagation: propagation(p.propagation),
+        uid: uid(&live),
+        dry_run: false,
+    };
+    match ops::delete(cluster, &gvk, &p.target.namespace, &p.target.name, &opts).await {
+        Ok(_) => Ok("pruned".into()),
+        Err(ClusterError::NotFound(_)) => Ok("pruned".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+async fn delete_hook(cluster: &ClusterHandle, d: &DeleteAction) -> Result<String, String> {
+    let gvk = gvk(&d.target).map_err(|e| e.to_string())?;
+    let opts = DeleteOptions {
+        propagation: propagation(d.propagation),
+        ..DeleteOptions::default()
+    };
+    match ops::delete(cluster, &gvk, &d.target.namespace, &d.target.name, &opts).await {
+        Ok(DeleteOutcome::Deleted | DeleteOutcome::NotFound | DeleteOutcome::Deleting(_)) => Ok("deleted".into()),
+        Err(ClusterError::NotFound(_)) => Ok("deleted".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Removes [`HOOK_FINALIZER`] from a completed hook: a merge patch of `metadata.finalizers` guarded by
+/// the live `resourceVersion` (a concurrent change makes it a `Conflict`, retried later).
+async fn remove_hook_finalizer(cluster: &ClusterHandle, target: &ObjectRef) -> Result<(), ClusterError> {
+    let gvk = gvk(target)?;
+    let Some(live) = ops::get(cluster, &gvk, &target.namespace, &target.name).await? else {
+        return Ok(());
+    };
+    let remaining: Vec<Value> = live
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .map(|f| {
+            f.iter()
+                .filter(|v| v.as_str() != Some(HOOK_FINALIZER))
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
+    let rv = live
+        .pointer("/metadata/resourceVersion")
+        .cloned()
+        .unwrap_or(Value::Null);
+    let kind = cluster.discovery().resolve(&gvk).await?;
+    let api: Api<DynamicObject> = if kind.namespaced {
+        Api::namespaced_with(cluster.client().clone(), &target.namespace, &kind.resource)
+    } else {
+        Api::all_with(cluster.client().clone(), &kind.resource)
+    };
+    let patch = json!({"metadata": {"finalizers": remaining, "resourceVersion": rv}});
+    api.patch(&target.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(|_| ())
+        .map_err(|e| ClusterError::from_kube(e, "remove hook finalizer", false))
+}
+
+fn gvk(target: &ObjectRef) -> Result<GroupVersionKind, ClusterError> {
+    let (group, version) = match target.api_version.split_once('/') {
+        Some((g, v)) => (g, v),
+        None => ("", target.api_version.as_str()),
+    };
+    if version.is_empty() || target.kind.is_empty() {
+        return Err(ClusterError::Invalid(format!(
+            "object {}/{} without apiVersion or kind",
+            target.kind, target.name
+        )));
+    }
+    Ok(GroupVersionKind::gvk(group, version, &target.kind))
+}
+
+fn propagation(p: Propagation) -> OpsPropagation {
+    match p {
+        Propagation::Foreground => OpsPropagation::Foreground,
+        Propagation::Background => OpsPropagation::Background,
+        Propagation::Orphan => OpsPropagation::Orphan,
+    }
+}
+
+fn uid(obj: &Value) -> Option<String> {
+    obj.pointer("/metadata/uid").and_then(Value::as_str).map(str::to_string)
+}
+
+/// `deployment.apps/web`, `configmap/settings` (kubectl's resource/name form).
+pub fn display(obj: &Value) -> String {
+    let (group, _) = object::group_version(obj);
+    let kind = object::kind(obj).to_ascii_lowercase();
+    let name = if object::name(obj).is_empty() {
+        object::generate_name(obj).unwrap_or_default()
+    } else {
+        object::name(obj)
+    };
+    if group.is_empty() {
+        format!("{kind}/{name}")
+    } else {
+        format!("{kind}.{group}/{name}")
+    }
+}

@@ -1,0 +1,435 @@
+//! Application controller: renders what Git declares, compares it with the live state of the
+//! destination, converges it in sync waves, and reports Argo CD-shaped status.
+//!
+//! # Reconcile
+//! `reconcile` = finalizer dispatch: an Application being deleted with a cascade finalizer goes to
+//! [`deletion`] (Cleanup); anything else runs the pipeline (Apply), as named steps:
+//!
+//! 1. **destination** (client): `spec.destination` → a cluster connection; `spec.namespaces` of the
+//!    Cluster enforced (a namespace outside it refuses the sync with `InvalidSpecError`);
+//! 2. **resolve source** (git): repository + credentials, revision → commit, checkout ([`source`]);
+//! 3. **render** (no client): `CachingRenderer` (hard refresh bypasses its cache);
+//! 4. **live** (live cache only, never a cluster-wide list): kinds watched, objects of this instance;
+//! 5. **compare** (no client): diff + health per resource, aggregated sync and health ([`compare`]);
+//! 6. **policy** (no client): running operation, requested `operation` (sync/rollback), retries,
+//!    automated sync and selfHeal, dependsOn ([`policy`], [`dependencies`]);
+//! 7. **sync step** (client): one (phase, wave) via `engine::plan` with write-ahead persistence
+//!    ([`sync`], [`executor`]);
+//! 8. **status** (client): [`status::compute`] → ONE status patch (none when unchanged), plus the
+//!    write-ahead patch of a step that changes the cluster; events on transitions; metrics.
+//!
+//! Failures of steps 1–3 never prune: they become `ComparisonError` (sync status `Unknown`) and a
+//! running operation errors without applying or pruning anything. An incomplete live cache makes the
+//! planner wait.
+//!
+//! # Triggers
+//! Spec, operation, refresh annotation, finalizer and deletion changes of the Application (a
+//! predicate filters out its own status writes); changes of its managed objects (the live cache's
+//! notifications, within a second); new commits on the ref it tracks (the [`RevisionNotifier`]);
+//! status changes of Applications it depends on; and a periodic requeue (`--reconcile-interval`
+//! plus up to 60 s jitter).
+//!
+//! # Choices
+//! - `spec.suspend: true` freezes the Application: no comparison, no sync, status left as it was
+//!   (deletion still works).
+//! - Automated syncs do not write `operation`; they start an `operationState` directly. A manual
+//!   `operation` is removed once its operation completed; `status.operationState` stays.
+//!
+//! [`RevisionNotifier`]: crate::controllers::notifier::RevisionNotifier
+
+pub mod compare;
+pub mod deletion;
+pub mod dependencies;
+pub mod executor;
+pub mod policy;
+pub mod source;
+pub mod status;
+pub mod sync;
+
+mod pipeline;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::api::Api;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Resource, ResourceExt};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+
+use super::error::{error_policy, Error};
+use super::notifier::owner_key;
+use super::{instrumented, Context, Shutdown};
+use crate::api::application::{HealthStatusCode, OperationPhase, SyncStatusCode};
+use crate::api::{Application, Repository};
+use crate::cluster::ClusterHandle;
+
+pub use pipeline::reconcile;
+use source::Resolution;
+
+/// The controller's name in `--controllers`, metrics and logs.
+pub const CONTROLLER: &str = "application";
+/// Most jitter added to the periodic requeue.
+pub const MAX_JITTER: Duration = Duration::from_secs(60);
+
+/// Controller-local state shared by reconciles (memory only; a restart rebuilds it from the cluster).
+pub struct State {
+    repositories: OnceLock<Store<Repository>>,
+    applications: OnceLock<Store<Application>>,
+    resolutions: Mutex<HashMap<String, Resolution>>,
+    forced: Mutex<HashSet<String>>,
+    self_heal: Mutex<HashMap<String, (String, u32)>>,
+    instances: Mutex<HashMap<String, ObjectRef<Application>>>,
+    subscribed: Mutex<HashSet<usize>>,
+    info_labels: Mutex<HashMap<String, Vec<String>>>,
+    deletion_attempts: Mutex<HashMap<String, u32>>,
+    trigger: mpsc::UnboundedSender<ObjectRef<Application>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn app_key(app: &Application) -> String {
+    format!("{}/{}", app.namespace().unwrap_or_default(), app.name_any())
+}
+
+impl State {
+    /// A fresh state and the stream of Applications to reconcile now (live changes, new commits).
+    pub fn new() -> (Arc<State>, mpsc::UnboundedReceiver<ObjectRef<Application>>) {
+        let (trigger, rx) = mpsc::unbounded_channel();
+        let state = State {
+            repositories: OnceLock::new(),
+            applications: OnceLock::new(),
+            resolutions: Mutex::default(),
+            forced: Mutex::default(),
+            self_heal: Mutex::default(),
+            instances: Mutex::default(),
+            subscribed: Mutex::default(),
+            info_labels: Mutex::default(),
+            deletion_attempts: Mutex::default(),
+            trigger,
+        };
+        (Arc::new(state), rx)
+    }
+
+    /// Repositories (empty before the watch started, or in tests).
+    pub fn repositories(&self) -> Vec<Arc<Repository>> {
+        self.repositories.get().map(|s| s.state()).unwrap_or_default()
+    }
+
+    /// Applications (empty before the watch started, or in tests).
+    pub fn applications(&self) -> Vec<Arc<Application>> {
+        self.applications.get().map(|s| s.state()).unwrap_or_default()
+    }
+
+    fn remember(&self, app: &Application, r: Resolution) {
+        lock(&self.resolutions).insert(app_key(app), r);
+    }
+
+    fn remembered(&self, app: &Application) -> Option<Resolution> {
+        lock(&self.resolutions).get(&app_key(app)).cloned()
+    }
+
+    /// Marks `key` (`ns/name`) for a forced revision resolution on its next reconcile.
+    fn force(&self, key: String) {
+        lock(&self.forced).insert(key);
+    }
+
+    fn take_forced(&self, app: &Application) -> bool {
+        lock(&self.forced).remove(&app_key(app))
+    }
+
+    /// SelfHeal attempts at `revision` so far.
+    fn self_heal_attempts(&self, app: &Application, revision: &str) -> u32 {
+        lock(&self.self_heal)
+            .get(&app_key(app))
+            .filter(|(r, _)| r == revision)
+            .map_or(0, |(_, n)| *n)
+    }
+
+    fn count_self_heal(&self, app: &Application, revision: &str, self_heal: bool) {
+        let mut map = lock(&self.self_heal);
+        let entry = map.entry(app_key(app)).or_insert_with(|| (revision.to_string(), 0));
+        if entry.0 != revision || !self_heal {
+            *entry = (revision.to_string(), 0);
+        }
+        if self_heal {
+            entry.1 = entry.1.saturating_add(1);
+        }
+    }
+
+    fn register_instance(&self, instance: &str, app: &Application) {
+        lock(&self.instances).insert(instance.to_string(), ObjectRef::from_obj(app));
+    }
+
+    /// Forwards live-object changes of `cluster` to the Applications owning them (once per cache).
+    fn subscribe_live(self: &Arc<Self>, cluster: &Arc<ClusterHandle>) {
+        let id = Arc::as_ptr(cluster) as usize;
+        if !lock(&self.subscribed).insert(id) {
+            return;
+        }
+        let mut changes = cluster.live().subscribe();
+        let state = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                let received = changes.recv().await;
+                let Some(state) = state.upgrade() else { return };
+                match received {
+                    Ok(instance) => {
+                        let target = lock(&state.instances).get(&instance).cloned();
+                        if let Some(obj) = target {
+                            let _ = state.trigger.send(obj);
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        let all: Vec<ObjectRef<Application>> = lock(&state.instances).values().cloned().collect();
+                        for obj in all {
+                            let _ = state.trigger.send(obj);
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                        lock(&state.subscribed).remove(&id);
+                        return;
+                    }
+                }
+            }
+        });
+    }
+
+    /// Forgets a deleted Application: metrics series, tracked refs, caches.
+    fn forget(&self, ctx: &Context, app: &Application) {
+        let key = app_key(app);
+        if let Some(labels) = lock(&self.info_labels).remove(&key) {
+            let refs: Vec<&str> = labels.iter().map(String::as_str).collect();
+            let _ = ctx.metrics.app_info.remove_label_values(&refs);
+        }
+        ctx.notifier.untrack(&owner_key(app));
+        lock(&self.resolutions).remove(&key);
+        lock(&self.self_heal).remove(&key);
+        lock(&self.deletion_attempts).remove(&key);
+        lock(&self.instances).retain(|_, r| !(r.name == app.name_any() && r.namespace == app.namespace()));
+    }
+
+    /// Sets `capstan_app_info` for `app`, removing its previous label set when it changed.
+    fn record_info(&self, ctx: &Context, app: &Application, labels: Vec<String>) {
+        let key = app_key(app);
+        let mut map = lock(&self.info_labels);
+        if let Some(old) = map.get(&key) {
+            if *old == labels {
+                return;
+            }
+            let refs: Vec<&str> = old.iter().map(String::as_str).collect();
+            let _ = ctx.metrics.app_info.remove_label_values(&refs);
+        }
+        let refs: Vec<&str> = labels.iter().map(String::as_str).collect();
+        ctx.metrics.app_info.with_label_values(&refs).set(1);
+        map.insert(key, labels);
+    }
+
+    fn deletion_failed(&self, app: &Application) -> u32 {
+        let mut map = lock(&self.deletion_attempts);
+        let n = map.entry(app_key(app)).or_insert(0);
+        *n = n.saturating_add(1);
+        *n
+    }
+}
+
+/// What the main watch reacts to: spec (generation), the requested operation, refresh annotations,
+/// finalizers and deletion — never the controller's own status writes.
+fn trigger_hash(app: &Application) -> Option<u64> {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    app.metadata.generation.hash(&mut h);
+    serde_json::to_string(&app.operation).unwrap_or_default().hash(&mut h);
+    let annotations = app.metadata.annotations.clone().unwrap_or_default();
+    for key in crate::api::labels::REFRESH_ANNOTATIONS
+        .iter()
+        .chain([deletion::DELETION_POLICY_ANNOTATION].iter())
+    {
+        annotations.get(*key).hash(&mut h);
+    }
+    app.metadata.finalizers.hash(&mut h);
+    app.metadata.deletion_timestamp.is_some().hash(&mut h);
+    Some(h.finish())
+}
+
+/// The Applications in the same namespace that depend on `app` (to trigger when it changes).
+fn dependents_of(all: &[Arc<Application>], app: &Application) -> Vec<ObjectRef<Application>> {
+    let (ns, name) = (app.namespace(), app.name_any());
+    all.iter()
+        .filter(|a| a.namespace() == ns && a.spec.depends_on.contains(&name))
+        .map(|a| ObjectRef::from_obj(a.as_ref()))
+        .collect()
+}
+
+/// The namespace's dependency graph as [`dependencies::Peer`]s.
+pub fn peers(all: &[Arc<Application>], namespace: &str) -> BTreeMap<String, dependencies::Peer> {
+    all.iter()
+        .filter(|a| a.namespace().as_deref() == Some(namespace))
+        .map(|a| {
+            let status = a.status.as_ref();
+            let peer = dependencies::Peer {
+                depends_on: a.spec.depends_on.clone(),
+                synced: status
+                    .and_then(|s| s.sync.as_ref())
+                    .is_some_and(|s| s.status == SyncStatusCode::Synced),
+                healthy: status
+                    .and_then(|s| s.health.as_ref())
+                    .is_some_and(|h| h.status == HealthStatusCode::Healthy),
+                idle: status
+                    .and_then(|s| s.operation_state.as_ref())
+                    .is_none_or(|o| !matches!(o.phase, OperationPhase::Running | OperationPhase::Terminating)),
+            };
+            (a.name_any(), peer)
+        })
+        .collect()
+}
+
+/// Periodic requeue: the reconcile interval plus up to [`MAX_JITTER`] (0 disables it).
+pub fn periodic(interval: Duration, app: &Application) -> Option<Duration> {
+    if interval.is_zero() {
+        return None;
+    }
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    app_key(app).hash(&mut h);
+    Instant::now().hash(&mut h);
+    let jitter_ms = h.finish() % (MAX_JITTER.as_millis() as u64 + 1);
+    Some(interval + Duration::from_millis(jitter_ms))
+}
+
+/// Runs the Application controller until `shutdown` fires.
+pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) -> anyhow::Result<()> {
+    let client = ctx.client.clone();
+    let (state, triggers) = State::new();
+    let (reader, writer) = reflector::store();
+    let apps = watcher(Api::<Application>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(trigger_hash, Default::default());
+    let (repo_reader, repo_writer) = reflector::store();
+    let repos = watcher(Api::<Repository>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .reflect(repo_writer)
+        .touched_objects();
+    let _ = state.repositories.set(repo_reader);
+    let _ = state.applications.set(reader.clone());
+    // Every Application event (status included): dependents react to their dependencies, and deleted
+    // Applications are forgotten (metrics series, tracked refs).
+    let (dep_ctx, dep_state) = (Arc::clone(&ctx), Arc::clone(&state));
+    let peers_stream = watcher(Api::<Application>::all(client), watcher::Config::default())
+        .default_backoff()
+        .filter_map(move |event| {
+            let (ctx, state) = (Arc::clone(&dep_ctx), Arc::clone(&dep_state));
+            async move {
+                match event {
+                    Ok(watcher::Event::Delete(app)) => {
+                        state.forget(&ctx, &app);
+                        None
+                    }
+                    Ok(watcher::Event::Apply(app) | watcher::Event::InitApply(app)) => Some(Ok(app)),
+                    Ok(_) => None,
+                    Err(e) => Some(Err(e)),
+                }
+            }
+        });
+    spawn_revision_listener(&ctx, &state, reader.clone());
+    spawn_repository_drain(repos);
+    let mapper_store = reader.clone();
+    // NB: not a plain `wait_until_ready` in a task: kube-runtime wakes only one waiter.
+    crate::controllers::mark_ready_when_synced(Arc::clone(&ctx), CONTROLLER, reader.clone());
+    Controller::for_stream(apps, reader)
+        .watches_stream(peers_stream, move |app: Application| {
+            dependents_of(&mapper_store.state(), &app)
+        })
+        .reconcile_on(UnboundedReceiverStream::new(triggers))
+        .graceful_shutdown_on(shutdown.wait())
+        .run(
+            move |app, ctx| {
+                let state = Arc::clone(&state);
+                async move {
+                    let fut = reconcile(Arc::clone(&app), Arc::clone(&ctx), state);
+                    instrumented(CONTROLLER, app.as_ref(), &ctx, fut).await
+                }
+            },
+            error_policy::<Application>,
+            ctx,
+        )
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                match e {
+                    kube::runtime::controller::Error::ReconcilerFailed(..) => {}
+                    other => tracing::debug!(controller = CONTROLLER, "controller event: {other}"),
+                }
+            }
+        })
+        .await;
+    Ok(())
+}
+
+/// Keeps the Repository store fed (credentials and last listed revisions are read from it).
+fn spawn_repository_drain(repos: impl futures::Stream<Item = Result<Repository, watcher::Error>> + Send + 'static) {
+    tokio::spawn(async move {
+        let mut repos = std::pin::pin!(repos);
+        while repos.next().await.is_some() {}
+    });
+}
+
+/// New commits on tracked refs → force a resolution of and reconcile exactly the Applications
+/// tracking them. A lagging receiver reconciles everything (level-triggered).
+fn spawn_revision_listener(ctx: &Arc<Context>, state: &Arc<State>, store: Store<Application>) {
+    let mut changes = ctx.notifier.subscribe();
+    let (ctx, state) = (Arc::clone(ctx), Arc::clone(state));
+    tokio::spawn(async move {
+        loop {
+            match changes.recv().await {
+                Ok(change) => {
+                    for owner in ctx.notifier.owners_tracking(&change) {
+                        let Some(rest) = owner.strip_prefix("Application/") else {
+                            continue;
+                        };
+                        let Some((ns, name)) = rest.split_once('/') else {
+                            continue;
+                        };
+                        state.force(format!("{ns}/{name}"));
+                        let _ = state.trigger.send(ObjectRef::new(name).within(ns));
+                    }
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                    for app in store.state() {
+                        state.force(app_key(&app));
+                        let _ = state.trigger.send(ObjectRef::from_obj(app.as_ref()));
+                    }
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    });
+}
+
+/// `Action` for a requeue after `after` (at most the periodic interval).
+fn requeue(after: Option<Duration>, periodic: Option<Duration>) -> Action {
+    match (after, periodic) {
+        (Some(a), Some(p)) => Action::requeue(a.min(p)),
+        (Some(a), None) | (None, Some(a)) => Action::requeue(a),
+        (None, None) => Action::await_change(),
+    }
+}
+
+/// The object reference events are published about.
+fn event_ref(app: &Application) -> k8s_openapi::api::core::v1::ObjectReference {
+    app.object_ref(&())
+}
+
+/// Maps a failed Kubernetes write into the controller error.
+fn kube_err(e: kube::Error) -> Error {
+    Error::Kube(e)
+}

@@ -1,0 +1,839 @@
+//! The reconcile itself: finalizer dispatch, then the named pipeline steps (see the parent module).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::{Api, ResourceExt};
+use serde_json::{json, Value};
+
+use super::compare::{self, LiveView};
+use super::deletion::{self, Progress};
+use super::executor::Owner;
+use super::policy::{self, AutoDecision, AutoInput};
+use super::status::{self, Compared, Problem, StatusInput};
+use super::sync::{self, StepArgs};
+use super::{dependencies, event_ref, kube_err, lock, peers, periodic, requeue, source, State, CONTROLLER};
+use crate::api::application::{
+    ApplicationSource, ApplicationStatus, Operation, OperationPhase, OperationState, ResultCode, SyncStatusCode,
+};
+use crate::api::conditions::{REASON_DEPENDENCY_CYCLE, REASON_DEPENDENCY_NOT_READY};
+use crate::api::labels::REFRESH_ANNOTATIONS;
+use crate::api::Application;
+use crate::cluster::{app_instance_id, ClusterError, ResolvedDestination};
+use crate::controllers::status::{now, write_status, FIELD_MANAGER};
+use crate::controllers::{Context, Error};
+use crate::engine::diff::DiffOptions;
+use crate::engine::object;
+use crate::engine::plan::{LiveObject, Step};
+
+/// Requeue after a comparison error (source or destination trouble).
+const ERROR_REQUEUE: Duration = Duration::from_secs(30);
+/// Requeue while the live cache is incomplete or dependencies are not ready.
+const WAIT_REQUEUE: Duration = Duration::from_secs(5);
+
+/// Reconciles one Application (see the parent module).
+pub async fn reconcile(app: Arc<Application>, ctx: Arc<Context>, state: Arc<State>) -> Result<Action, Error> {
+    let started = Instant::now();
+    let result = if app.metadata.deletion_timestamp.is_some() {
+        cleanup(&app, &ctx, &state).await
+    } else {
+        Pipeline::new(&app, &ctx, &state)?.run().await
+    };
+    ctx.metrics
+        .app_reconcile_duration
+        .observe(started.elapsed().as_secs_f64());
+    result
+}
+
+/// Everything the status step needs, gathered by the earlier steps.
+#[derive(Default)]
+struct Findings {
+    compared: Option<Compared>,
+    comparison_error: Option<Problem>,
+    operation_state: Option<OperationState>,
+    record_history: bool,
+    sync_error: Option<Problem>,
+    dependency: Option<Problem>,
+    invalid_spec: Option<Problem>,
+    requeue: Option<Duration>,
+    clear_operation: bool,
+    events: Vec<(EventType, &'static str, String)>,
+}
+
+struct Pipeline<'a> {
+    app: &'a Application,
+    ctx: &'a Context,
+    state: &'a Arc<State>,
+    api: Api<Application>,
+    ns: String,
+    name: String,
+    /// The status as last written by this reconcile (the write-ahead patch updates it).
+    written: Option<ApplicationStatus>,
+    found: Findings,
+}
+
+/// The rendered target: commit and objects (namespaces filled in later).
+struct Rendered {
+    commit: String,
+    objects: Vec<Value>,
+    source_type: crate::api::application::ApplicationSourceType,
+}
+
+impl<'a> Pipeline<'a> {
+    fn new(app: &'a Application, ctx: &'a Context, state: &'a Arc<State>) -> Result<Self, Error> {
+        let ns = app
+            .namespace()
+            .ok_or_else(|| Error::InvalidSpec("an Application must be namespaced".into()))?;
+        Ok(Pipeline {
+            app,
+            ctx,
+            state,
+            api: Api::namespaced(ctx.client.clone(), &ns),
+            name: app.name_any(),
+            ns,
+            written: app.status.clone(),
+            found: Findings::default(),
+        })
+    }
+
+    async fn run(mut self) -> Result<Action, Error> {
+        source::track(self.ctx, self.app);
+        let instance = app_instance_id(&self.ns, &self.name);
+        self.state.register_instance(&instance, self.app);
+        if self.app.spec.suspend {
+            // Frozen: no comparison, no sync, status untouched (see the module doc).
+            return Ok(requeue(None, periodic(self.ctx.settings.reconcile_interval, self.app)));
+        }
+        let refresh = policy::refresh_requested(self.app.metadata.annotations.as_ref());
+        let generation_changed =
+            self.app.status.as_ref().and_then(|s| s.observed_generation) != self.app.metadata.generation;
+        let force = refresh.is_some() | self.state.take_forced(self.app) | generation_changed;
+        let hard = refresh == Some(true);
+
+        // 1. destination
+        let dest = match self.destination().await {
+            Ok(d) => Some(d),
+            Err(p) => {
+                self.found.requeue = Some(ERROR_REQUEUE);
+                if p.reason == "NamespaceNotAllowed" || p.reason == "InvalidConfig" {
+                    self.found.invalid_spec = Some(p);
+                } else {
+                    self.found.comparison_error = Some(p);
+                }
+                None
+            }
+        };
+        let Some(dest) = dest else {
+            return self.finish(refresh.is_some()).await;
+        };
+        self.state.subscribe_live(&dest.cluster);
+
+        // 2–3. resolve source, render
+        let target_rev = target_revision(&self.app.spec.source);
+        let rendered = self.render(&self.app.spec.source, &target_rev, force, hard).await;
+        let rendered = match rendered {
+            Ok(r) => Some(r),
+            Err(p) => {
+                self.found.comparison_error = Some(p);
+                self.found.requeue = Some(ERROR_REQUEUE);
+                None
+            }
+        };
+
+        // 4. live
+        let dest_ns = self.app.spec.destination.namespace.clone().unwrap_or_default();
+        let desired_raw: &[Value] = rendered.as_ref().map(|r| r.objects.as_slice()).unwrap_or_default();
+        let previous = self
+            .app
+            .status
+            .as_ref()
+            .map(|s| s.resources.as_slice())
+            .unwrap_or_default();
+        let kinds = compare::kinds_to_watch(desired_raw, previous);
+        let view = compare::observe(&dest.cluster, &instance, &kinds, desired_raw, &dest_ns).await;
+        let desired: Vec<Value> = desired_raw
+            .iter()
+            .map(|o| compare::with_namespace(o, &view, &dest_ns))
+            .collect();
+        if !view.complete {
+            self.found.requeue = Some(WAIT_REQUEUE);
+        }
+
+        // 5. compare
+        let mut planner_live = Vec::new();
+        if let Some(r) = &rendered {
+            let opts = DiffOptions::with_ignore_differences(&self.app.spec.ignore_differences);
+            let comparison = compare::compare(&self.ns, &self.name, &r.commit, &desired, &view, &opts);
+            let mut compared = comparison.compared;
+            compared.source_type = Some(r.source_type);
+            planner_live = comparison.live;
+            if let Some(p) = namespace_violation(&dest, &dest_ns, &desired) {
+                self.found.invalid_spec = Some(p);
+            }
+            self.found.compared = Some(compared);
+        }
+
+        // 6. policy → operation; 7. sync step
+        if let Some(op) = self.choose_operation(rendered.as_ref()).await? {
+            let target = (rendered.as_ref(), desired.as_slice(), planner_live.as_slice());
+            self.sync_step(&dest, &view, op, target, &dest_ns, force, hard).await?;
+        }
+        self.finish(refresh.is_some()).await
+    }
+
+    /// Step 1: the destination, with the Cluster's namespace allow-list checked for the destination
+    /// namespace.
+    async fn destination(&self) -> Result<ResolvedDestination, Problem> {
+        let clusters = self
+            .ctx
+            .clusters()
+            .ok_or_else(|| Problem::new("InvalidConfig", "no cluster clients configured"))?;
+        let dest = clusters
+            .resolve(&self.ns, &self.app.spec.destination)
+            .await
+            .map_err(|e| Problem::new(e.category(), e.to_string()))?;
+        if let Some(ns) = self.app.spec.destination.namespace.as_deref().filter(|n| !n.is_empty()) {
+            dest.check_namespace(ns)
+                .map_err(|e| Problem::new(e.category(), e.to_string()))?;
+        }
+        Ok(dest)
+    }
+
+    /// Steps 2–3 for `source` at `revision`.
+    async fn render(
+        &self,
+        source: &ApplicationSource,
+        revision: &str,
+        force: bool,
+        hard: bool,
+    ) -> Result<Rendered, Problem> {
+        let resolved = source::resolve(self.ctx, self.state, self.app, source, revision, force).await?;
+        let output = source::render(self.ctx, self.app, source, &resolved, hard).await?;
+        Ok(Rendered {
+            commit: resolved.commit,
+            objects: output.objects.clone(),
+            source_type: source::source_type(output.tool),
+        })
+    }
+
+    /// Step 6: the operation to advance this reconcile, if any.
+    async fn choose_operation(
+        &mut self,
+        rendered: Option<&Rendered>,
+    ) -> Result<Option<(Operation, Option<OperationState>)>, Error> {
+        let current = self.app.status.as_ref().and_then(|s| s.operation_state.clone());
+        if let Some(op) = current.as_ref().filter(|o| !sync::is_completed(o)) {
+            return Ok(Some((op.operation.clone(), Some(op.clone()))));
+        }
+        if let Some(requested) = self.app.operation.clone() {
+            return Ok(self.requested_operation(requested, current));
+        }
+        if let Some(last) = current.as_ref().filter(|o| retryable(o)) {
+            match retry_verdict(last) {
+                RetryVerdict::Due => {
+                    return Ok(Some((
+                        last.operation.clone(),
+                        Some(sync::restart(last, Timestamp::now())),
+                    )))
+                }
+                RetryVerdict::Wait(d) => {
+                    self.found.requeue = Some(d);
+                    return Ok(None);
+                }
+                RetryVerdict::Exhausted => {}
+            }
+        }
+        if self.found.comparison_error.is_some() || self.found.invalid_spec.is_some() {
+            return Ok(None);
+        }
+        let (Some(compared), Some(r)) = (self.found.compared.as_ref(), rendered) else {
+            return Ok(None);
+        };
+        let since_last = current
+            .as_ref()
+            .and_then(|o| o.finished_at.as_ref())
+            .map(|t| Duration::from_millis((Timestamp::now().as_millisecond() - t.0.as_millisecond()).max(0) as u64));
+        let input = AutoInput {
+            policy: self.app.spec.sync_policy.as_ref(),
+            sync: compared.sync,
+            revision: &r.commit,
+            resources: &compared.resources,
+            last: current.as_ref(),
+            self_heal_attempts: self.state.self_heal_attempts(self.app, &r.commit),
+            since_last,
+        };
+        match policy::decide(&input) {
+            AutoDecision::Idle => Ok(None),
+            AutoDecision::Backoff(d) => {
+                self.found.requeue = Some(d);
+                Ok(None)
+            }
+            AutoDecision::AlreadyFailed(m) | AutoDecision::Refused(m) => {
+                self.found.sync_error = Some(Problem::new("SyncFailed", m));
+                Ok(None)
+            }
+            AutoDecision::Sync(op) => {
+                if !self.dependencies_ready() {
+                    return Ok(None);
+                }
+                let self_heal = current.is_some() && op.sync.as_ref().is_some_and(|s| !s.resources.is_empty());
+                self.state.count_self_heal(self.app, &r.commit, self_heal);
+                Ok(Some((*op, None)))
+            }
+        }
+    }
+
+    /// A manual `operation`: finished already (remove it), refused (rollback with automated sync), or
+    /// to start.
+    fn requested_operation(
+        &mut self,
+        requested: Operation,
+        current: Option<OperationState>,
+    ) -> Option<(Operation, Option<OperationState>)> {
+        let history = self
+            .app
+            .status
+            .as_ref()
+            .map(|s| s.history.as_slice())
+            .unwrap_or_default();
+        let op = match requested.rollback.as_ref() {
+            Some(rb) => {
+                match policy::rollback_to_sync(&requested, rb.id, history, self.app.spec.sync_policy.as_ref()) {
+                    Ok(op) => op,
+                    Err(message) => {
+                        self.found.sync_error = Some(Problem::new("RollbackRefused", message));
+                        self.found.clear_operation = true;
+                        return None;
+                    }
+                }
+            }
+            None => requested,
+        };
+        if let Some(done) = current.filter(|c| c.operation == op) {
+            if retryable(&done) {
+                match retry_verdict(&done) {
+                    RetryVerdict::Due => return Some((op, Some(sync::restart(&done, Timestamp::now())))),
+                    RetryVerdict::Wait(d) => {
+                        self.found.requeue = Some(d);
+                        return None;
+                    }
+                    RetryVerdict::Exhausted => {}
+                }
+            }
+            self.found.clear_operation = true;
+            return None;
+        }
+        if !self.dependencies_ready() {
+            return None;
+        }
+        Some((op, None))
+    }
+
+    /// `spec.dependsOn`: ready, or the waiting/cycle problem recorded.
+    fn dependencies_ready(&mut self) -> bool {
+        if self.app.spec.depends_on.is_empty() {
+            return true;
+        }
+        let peers = peers(&self.state.applications(), &self.ns);
+        let mut peers = peers;
+        peers.entry(self.name.clone()).or_insert_with(|| dependencies::Peer {
+            depends_on: self.app.spec.depends_on.clone(),
+            ..Default::default()
+        });
+        match dependencies::check(&self.name, &peers) {
+            dependencies::Verdict::Ready => true,
+            dependencies::Verdict::Waiting(m) => {
+                self.found.dependency = Some(Problem::new(REASON_DEPENDENCY_NOT_READY, m));
+                self.found.requeue = Some(Duration::from_secs(10));
+                false
+            }
+            dependencies::Verdict::Cycle(m) => {
+                self.found.dependency = Some(Problem::new(REASON_DEPENDENCY_CYCLE, m));
+                false
+            }
+        }
+    }
+
+    /// Step 7: one sync step of `op`.
+    #[allow(clippy::too_many_arguments)]
+    async fn sync_step(
+        &mut self,
+        dest: &ResolvedDestination,
+        view: &LiveView,
+        (op, state): (Operation, Option<OperationState>),
+        (target, desired, live): (Option<&Rendered>, &[Value], &[LiveObject]),
+        dest_ns: &str,
+        force: bool,
+        hard: bool,
+    ) -> Result<(), Error> {
+        if self.found.invalid_spec.is_some() && state.is_none() {
+            return Ok(());
+        }
+        let sync_op = op.sync.clone().unwrap_or_default();
+        let source = sync_op.source.clone().unwrap_or_else(|| self.app.spec.source.clone());
+        let wanted = state
+            .as_ref()
+            .and_then(|s| s.sync_result.as_ref())
+            .map(|r| r.revision.clone())
+            .filter(|r| !r.is_empty())
+            .or(sync_op.revision.clone())
+            .unwrap_or_else(|| target_revision(&source));
+        let same_as_target = source == self.app.spec.source
+            && target.is_some_and(|t| t.commit == wanted || target_revision(&source) == wanted);
+        let own_render;
+        let (revision, objects, rendered_ok): (String, Vec<Value>, bool) = match target {
+            Some(t) if same_as_target => (t.commit.clone(), desired.to_vec(), true),
+            _ => match self.render(&source, &wanted, force, hard).await {
+                Ok(r) => {
+                    own_render = r
+                        .objects
+                        .iter()
+                        .map(|o| compare::with_namespace(o, view, dest_ns))
+                        .collect::<Vec<_>>();
+                    (r.commit, own_render, true)
+                }
+                Err(p) => {
+                    self.found.comparison_error.get_or_insert(p);
+                    (wanted.clone(), Vec::new(), false)
+                }
+            },
+        };
+        let namespace_live = self.namespace_live(dest, &op, dest_ns).await;
+        let is_new = state.is_none() || state.as_ref().is_some_and(|s| s.sync_result.is_none());
+        let owner = Owner {
+            namespace: &self.ns,
+            name: &self.name,
+        };
+        let args = StepArgs {
+            owner,
+            destination_namespace: dest_ns,
+            revision: &revision,
+            desired: &objects,
+            live,
+            view,
+            namespace_live: namespace_live.as_ref(),
+            operation: &op,
+            policy: self.app.spec.sync_policy.as_ref(),
+            state: state.as_ref(),
+            wave_delay: self.ctx.settings.wave_delay,
+            rendered: rendered_ok,
+            prune_confirmed: prune_confirmed(self.app),
+        };
+        let (api, app) = (self.api.clone(), self.app);
+        let base = self.written.clone();
+        let written = std::sync::Mutex::new(None);
+        let result = sync::run(&dest.cluster, &args, |op_state| {
+            let mut next = base.clone().unwrap_or_default();
+            next.operation_state = Some(op_state);
+            let written = &written;
+            async move {
+                write_status(&api, app, base.as_ref(), &next).await.map_err(kube_err)?;
+                *lock(written) = Some(next);
+                Ok(())
+            }
+        })
+        .await?;
+        if let Some(w) = lock(&written).take() {
+            self.written = Some(w);
+        }
+        if is_new {
+            let by = if op.initiated_by.as_ref().is_some_and(|i| i.automated) {
+                "automated sync"
+            } else {
+                "user"
+            };
+            self.found.events.push((
+                EventType::Normal,
+                "SyncStarted",
+                format!("{by} started a sync to {}", short(&revision)),
+            ));
+        }
+        self.after_step(&result, state.as_ref(), &revision);
+        Ok(())
+    }
+
+    /// Requeue, history, events and metrics after a step.
+    fn after_step(&mut self, result: &sync::StepResult, before: Option<&OperationState>, revision: &str) {
+        let op = &result.state;
+        let pruned_before = before.map(count_pruned).unwrap_or(0);
+        let pruned_now = count_pruned(op);
+        if pruned_now > pruned_before {
+            self.found.events.push((
+                EventType::Normal,
+                "ResourcesPruned",
+                format!("pruned {} resource(s)", pruned_now - pruned_before),
+            ));
+        }
+        let finished_now = sync::is_completed(op) && before.is_none_or(|b| !sync::is_completed(b));
+        let step_requeue = result.step.requeue_after(self.ctx.settings.wave_delay);
+        self.found.requeue = match (self.found.requeue, step_requeue) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if finished_now {
+            let message = op.message.clone().unwrap_or_default();
+            let label = format!("{:?}", op.phase);
+            self.ctx
+                .metrics
+                .app_sync_total
+                .with_label_values(&[&self.ns, &self.name, &label])
+                .inc();
+            let (kind, reason) = match op.phase {
+                OperationPhase::Succeeded => (EventType::Normal, "SyncSucceeded"),
+                _ => (EventType::Warning, "SyncFailed"),
+            };
+            self.found
+                .events
+                .push((kind, reason, format!("sync to {}: {message}", short(revision))));
+            self.found.record_history = matches!(
+                result.step,
+                Step::Done {
+                    record_history: true,
+                    ..
+                }
+            ) || (op.phase == OperationPhase::Succeeded
+                && op
+                    .operation
+                    .sync
+                    .as_ref()
+                    .is_some_and(|s| s.resources.is_empty() && !s.dry_run));
+            let retry_pending = retryable(op) && !matches!(retry_verdict(op), RetryVerdict::Exhausted);
+            if self.app.operation.is_some() && !retry_pending {
+                self.found.clear_operation = true;
+            }
+            if retryable(op) {
+                if let RetryVerdict::Wait(d) = retry_verdict(op) {
+                    self.found.requeue = Some(d);
+                }
+            }
+            // Re-compare right away: the sync changed the live state.
+            self.found.requeue = Some(
+                self.found
+                    .requeue
+                    .map_or(Duration::from_secs(1), |r| r.min(Duration::from_secs(1))),
+            );
+        }
+        self.found.operation_state = Some(op.clone());
+    }
+
+    /// The live destination namespace, when `CreateNamespace=true` asks for it.
+    async fn namespace_live(&self, dest: &ResolvedDestination, op: &Operation, dest_ns: &str) -> Option<LiveObject> {
+        let mut options: Vec<&str> = self
+            .app
+            .spec
+            .sync_policy
+            .as_ref()
+            .map(|p| p.sync_options.iter().map(String::as_str).collect())
+            .unwrap_or_default();
+        if let Some(s) = &op.sync {
+            options.extend(s.sync_options.iter().map(String::as_str));
+        }
+        let wanted = options.iter().rev().find_map(|o| {
+            let (k, v) = o.split_once('=')?;
+            (k.trim() == "CreateNamespace").then(|| v.trim().eq_ignore_ascii_case("true"))
+        });
+        if wanted != Some(true) || dest_ns.is_empty() {
+            return None;
+        }
+        let gvk = kube::core::GroupVersionKind::gvk("", "v1", "Namespace");
+        match crate::cluster::ops::get(&dest.cluster, &gvk, "", dest_ns).await {
+            Ok(found) => found.map(|o| LiveObject {
+                health: crate::engine::health::assess(&o),
+                in_sync: false,
+                object: o,
+            }),
+            Err(_) => None,
+        }
+    }
+
+    /// Step 8: status, metadata clean-up, events, metrics; the requeue.
+    async fn finish(mut self, refreshed: bool) -> Result<Action, Error> {
+        let found = std::mem::take(&mut self.found);
+        let input = StatusInput {
+            old: self.app.status.as_ref(),
+            generation: self.app.metadata.generation,
+            spec: &self.app.spec,
+            compared: found.compared.as_ref(),
+            comparison_error: found.comparison_error.clone(),
+            operation_state: found.operation_state.as_ref(),
+            record_history: found.record_history,
+            sync_error: found.sync_error.clone(),
+            dependency: found.dependency.clone(),
+            deletion_error: None,
+            invalid_spec: found.invalid_spec.clone(),
+            now: now(),
+        };
+        let new = status::compute(&input);
+        write_status(&self.api, self.app, self.written.as_ref(), &new)
+            .await
+            .map_err(kube_err)?;
+        self.clean_metadata(refreshed, found.clear_operation).await?;
+        let mut events = found.events;
+        if drifted(self.app.status.as_ref(), &new) {
+            events.push((
+                EventType::Normal,
+                "DriftDetected",
+                "the live state drifted from Git (OutOfSync at the same revision)".into(),
+            ));
+        }
+        if let Some(p) = found
+            .sync_error
+            .as_ref()
+            .filter(|p| !has_condition_message(self.app.status.as_ref(), &p.message))
+        {
+            events.push((EventType::Warning, "SyncError", p.message.clone()));
+        }
+        for (kind, reason, note) in events {
+            self.ctx
+                .publish_event(&event_ref(self.app), kind, reason, "Sync", &note)
+                .await;
+        }
+        self.record_info(&new);
+        Ok(requeue(
+            found.requeue,
+            periodic(self.ctx.settings.reconcile_interval, self.app),
+        ))
+    }
+
+    /// Removes the handled refresh annotations and the finished `operation` in one patch.
+    async fn clean_metadata(&self, refreshed: bool, clear_operation: bool) -> Result<(), Error> {
+        if !refreshed && !clear_operation {
+            return Ok(());
+        }
+        let mut patch = json!({});
+        if refreshed {
+            let annotations: serde_json::Map<String, Value> = REFRESH_ANNOTATIONS
+                .iter()
+                .filter(|k| self.app.annotations().contains_key(**k))
+                .map(|k| (k.to_string(), Value::Null))
+                .collect();
+            patch["metadata"] = json!({ "annotations": annotations });
+        }
+        if clear_operation {
+            patch["operation"] = Value::Null;
+        }
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..PatchParams::default()
+        };
+        match self.api.patch(&self.name, &params, &Patch::Merge(&patch)).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(kube_err(e)),
+        }
+    }
+
+    fn record_info(&self, status: &ApplicationStatus) {
+        let spec = &self.app.spec;
+        let labels = vec![
+            self.ns.clone(),
+            self.name.clone(),
+            spec.project.clone(),
+            crate::metrics::repo_label(&spec.source.repo_url),
+            spec.destination
+                .server
+                .clone()
+                .or_else(|| spec.destination.name.clone())
+                .unwrap_or_default(),
+            spec.destination.namespace.clone().unwrap_or_default(),
+            format!("{:?}", status.sync.as_ref().map(|s| s.status).unwrap_or_default()),
+            format!("{:?}", status.health.as_ref().map(|h| h.status).unwrap_or_default()),
+            policy::automated(spec.sync_policy.as_ref()).is_some().to_string(),
+        ];
+        self.state.record_info(self.ctx, self.app, labels);
+    }
+}
+
+/// Cleanup: cascade deletion when a cascade finalizer is present (see [`deletion`]).
+async fn cleanup(app: &Application, ctx: &Context, state: &Arc<State>) -> Result<Action, Error> {
+    let finalizers = deletion::cascade_finalizers(app);
+    let ns = app.namespace().unwrap_or_default();
+    let api: Api<Application> = Api::namespaced(ctx.client.clone(), &ns);
+    if finalizers.is_empty() {
+        state.forget(ctx, app);
+        return Ok(Action::await_change());
+    }
+    if deletion::orphan_requested(app) {
+        return release(
+            app,
+            ctx,
+            state,
+            &api,
+            "deletion-policy orphan: managed resources left in place",
+        )
+        .await;
+    }
+    let Some(clusters) = ctx.clusters() else {
+        return Err(Error::Internal("no cluster clients configured".into()));
+    };
+    let dest = match clusters.resolve(&ns, &app.spec.destination).await {
+        Ok(d) => d,
+        Err(ClusterError::NotFound(m)) => {
+            let note = format!("destination gone ({m}); managed resources cannot be deleted and are left behind");
+            ctx.publish_event(&event_ref(app), EventType::Warning, "DestinationGone", "Delete", &note)
+                .await;
+            return release(app, ctx, state, &api, "destination gone").await;
+        }
+        Err(e) => return deletion_failure(app, ctx, state, &api, &e.to_string()).await,
+    };
+    let instance = app_instance_id(&ns, &app.name_any());
+    let previous = app.status.as_ref().map(|s| s.resources.as_slice()).unwrap_or_default();
+    let kinds = compare::kinds_to_watch(&[], previous);
+    let view = compare::observe(&dest.cluster, &instance, &kinds, &[], "").await;
+    if !view.complete {
+        return Ok(Action::requeue(deletion::DELETE_POLL));
+    }
+    let propagation = deletion::propagation(&finalizers);
+    match deletion::delete_tracked(&dest.cluster, &ns, &app.name_any(), &view.own, propagation).await {
+        Ok(Progress::Done) => release(app, ctx, state, &api, "managed resources deleted").await,
+        Ok(Progress::Deleting(_) | Progress::Waiting) => Ok(Action::requeue(deletion::DELETE_POLL)),
+        Err(e) => deletion_failure(app, ctx, state, &api, &e.to_string()).await,
+    }
+}
+
+/// Removes the cascade finalizers and forgets the Application.
+async fn release(
+    app: &Application,
+    ctx: &Context,
+    state: &Arc<State>,
+    api: &Api<Application>,
+    why: &str,
+) -> Result<Action, Error> {
+    deletion::remove_finalizers(api, app).await.map_err(kube_err)?;
+    tracing::info!(
+        controller = CONTROLLER,
+        namespace = app.namespace(),
+        name = app.name_any(),
+        "finalizer removed: {why}"
+    );
+    state.forget(ctx, app);
+    Ok(Action::await_change())
+}
+
+/// A failed deletion attempt: after [`deletion::MAX_ATTEMPTS`] the `DeletionError` condition says so
+/// and how to get out; attempts continue with backoff.
+async fn deletion_failure(
+    app: &Application,
+    ctx: &Context,
+    state: &Arc<State>,
+    api: &Api<Application>,
+    message: &str,
+) -> Result<Action, Error> {
+    let attempts = state.deletion_failed(app);
+    if attempts >= deletion::MAX_ATTEMPTS {
+        let message = format!(
+            "cascade deletion failed {attempts} times: {message}. Fix the cause, or leave the resources behind with \
+             `kubectl annotate capp {} capstan.dev/deletion-policy=orphan`, or remove the finalizer with \
+             `kubectl patch capp {} --type=json -p='[{{\"op\":\"remove\",\"path\":\"/metadata/finalizers\"}}]'`",
+            app.name_any(),
+            app.name_any()
+        );
+        let spec = app.spec.clone();
+        let input = StatusInput {
+            old: app.status.as_ref(),
+            generation: app.metadata.generation,
+            spec: &spec,
+            compared: None,
+            comparison_error: None,
+            operation_state: None,
+            record_history: false,
+            sync_error: None,
+            dependency: None,
+            deletion_error: Some(Problem::new("DeletionFailed", message)),
+            invalid_spec: None,
+            now: now(),
+        };
+        let new = status::compute(&input);
+        write_status(api, app, app.status.as_ref(), &new)
+            .await
+            .map_err(kube_err)?;
+    }
+    let delay = policy::backoff(Duration::from_secs(2), 2, Duration::from_secs(60), attempts);
+    let _ = ctx;
+    Ok(Action::requeue(delay))
+}
+
+/// The target revision, `HEAD` when unset.
+fn target_revision(source: &ApplicationSource) -> String {
+    source
+        .target_revision
+        .clone()
+        .filter(|r| !r.is_empty())
+        .unwrap_or_else(|| "HEAD".into())
+}
+
+/// A desired object's namespace outside the Cluster's allow-list (sync refused).
+fn namespace_violation(dest: &ResolvedDestination, dest_ns: &str, desired: &[Value]) -> Option<Problem> {
+    if dest.allowed_namespaces.is_empty() {
+        return None;
+    }
+    let _ = dest_ns;
+    desired
+        .iter()
+        .filter(|o| !object::is_skipped(o))
+        .find_map(|o| dest.check_namespace(object::namespace(o)).err())
+        .map(|e| Problem::new(e.category(), e.to_string()))
+}
+
+fn prune_confirmed(app: &Application) -> bool {
+    ["capstan.dev/deletion-approved", "argocd.argoproj.io/deletion-approved"]
+        .iter()
+        .any(|k| app.annotations().contains_key(*k))
+}
+
+fn count_pruned(op: &OperationState) -> usize {
+    op.sync_result
+        .as_ref()
+        .map(|r| {
+            r.resources
+                .iter()
+                .filter(|x| x.status == Some(ResultCode::Pruned))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// OutOfSync after Synced at the same revision: someone changed the live state.
+fn drifted(old: Option<&ApplicationStatus>, new: &ApplicationStatus) -> bool {
+    let (Some(o), Some(n)) = (old.and_then(|s| s.sync.as_ref()), new.sync.as_ref()) else {
+        return false;
+    };
+    o.status == SyncStatusCode::Synced && n.status == SyncStatusCode::OutOfSync && o.revision == n.revision
+}
+
+fn has_condition_message(status: Option<&ApplicationStatus>, message: &str) -> bool {
+    status.is_some_and(|s| s.conditions.iter().any(|c| c.message == message))
+}
+
+fn short(sha: &str) -> &str {
+    sha.get(..7).unwrap_or(sha)
+}
+
+/// Whether a finished operation failed and carries a retry strategy.
+fn retryable(op: &OperationState) -> bool {
+    matches!(op.phase, OperationPhase::Failed | OperationPhase::Error) && op.operation.retry.is_some()
+}
+
+enum RetryVerdict {
+    Due,
+    Wait(Duration),
+    Exhausted,
+}
+
+fn retry_verdict(op: &OperationState) -> RetryVerdict {
+    let strategy = op.operation.retry.clone().unwrap_or_default();
+    let Some(delay) = policy::next_retry(&strategy, op.retry_count.unwrap_or(0)) else {
+        return RetryVerdict::Exhausted;
+    };
+    let finished = op.finished_at.as_ref().map_or(0, |t| t.0.as_millisecond());
+    let elapsed = Duration::from_millis((Timestamp::now().as_millisecond() - finished).max(0) as u64);
+    if elapsed >= delay {
+        RetryVerdict::Due
+    } else {
+        RetryVerdict::Wait(delay - elapsed)
+    }
+}

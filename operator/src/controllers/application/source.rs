@@ -1,0 +1,334 @@
+//! Source resolution: which repository and credentials an Application's `repoURL` uses, which commit
+//! its `targetRevision` names now, the checkout of that commit, and the render.
+//!
+//! - **Credentials**: a Repository with the same URL key in the Application's namespace or the operator
+//!   namespace supplies its Secret; otherwise the best credential template (longest prefix); otherwise
+//!   none (public repositories need no Repository object, as in Argo CD).
+//! - **Revision**: a full SHA is used as is. Otherwise the commit the Repository controller last listed
+//!   for the ref (`status.lastFetchedRevision`: one `ls-remote` per repository serves everyone), unless a
+//!   refresh was requested (annotation, or a new commit announced by the notifier), in which case the
+//!   ref is fetched and resolved here. Without a Repository object the ref is fetched and resolved here,
+//!   at most once per reconcile interval unless forced.
+//! - **Tracked refs**: every Application registers its `targetRevision` with the notifier so the
+//!   Repository controller lists it and triggers exactly the Applications tracking a moved ref.
+//!
+//! Errors become [`Problem`]s with a stable reason; messages never carry credentials.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::{Api, ResourceExt};
+
+use super::status::Problem;
+use super::State;
+use crate::api::application::{ApplicationSource, ApplicationSourceType};
+use crate::api::{Application, Repository};
+use crate::controllers::notifier::{owner_key, repository_serves, url_key};
+use crate::controllers::repository::{eligible_templates, pick_template, sanitize};
+use crate::controllers::Context;
+use crate::metrics::{repo_label, GIT_FETCH};
+use crate::render::{
+    DirectoryOptions, HelmFileParameter, HelmOptions, HelmParameter, KustomizeOptions, KustomizePatch,
+    KustomizeReplica, RenderOutput, RenderRequest, SourceOptions, Tool,
+};
+use crate::source::{Commit, Credentials, RepoUrl, Revision, SourceError};
+
+/// A source at a resolved commit, checked out.
+#[derive(Clone, Debug)]
+pub struct Resolved {
+    /// The commit.
+    pub commit: String,
+    /// The checkout directory (read only).
+    pub checkout: PathBuf,
+}
+
+/// A remembered resolution of `(repoURL, revision)` for one Application.
+#[derive(Clone, Debug)]
+pub struct Resolution {
+    key: (String, String),
+    commit: String,
+    at: Instant,
+}
+
+/// Resolves `source` at `revision` (the target revision, or an operation's) for `app`: credentials,
+/// commit, checkout. `force` bypasses remembered resolutions (refresh requested, new commit announced).
+pub async fn resolve(
+    ctx: &Context,
+    state: &State,
+    app: &Application,
+    source: &ApplicationSource,
+    revision: &str,
+    force: bool,
+) -> Result<Resolved, Problem> {
+    let ns = app.namespace().unwrap_or_default();
+    let url = RepoUrl::parse(&source.repo_url).map_err(|e| Problem::new("InvalidSpec", format!("repoURL: {e}")))?;
+    let rev = Revision::parse(revision).map_err(|e| Problem::new("InvalidSpec", format!("targetRevision: {e}")))?;
+    let repos = state.repositories();
+    let repo = matching_repository(&repos, &source.repo_url, &ns, ctx.namespace());
+    let creds = credentials(ctx, &repos, repo.as_deref(), &ns, &url).await?;
+    let problem = |e: SourceError| Problem::new(e.category(), sanitize(&creds, &e.to_string()));
+    let key = (url_key(&source.repo_url).unwrap_or_default(), rev.as_str().to_string());
+    let commit = match known_commit(ctx, state, app, repo.as_deref(), &rev, &key, force) {
+        Some(sha) => Commit::parse(&sha).map_err(problem)?,
+        None => {
+            fetch(ctx, &url, &creds, &rev).await.map_err(problem)?;
+            let commit = ctx.git.resolve(&url, &rev).await.map_err(problem)?;
+            state.remember(
+                app,
+                Resolution {
+                    key,
+                    commit: commit.sha().to_string(),
+                    at: Instant::now(),
+                },
+            );
+            commit
+        }
+    };
+    fetch(ctx, &url, &creds, &Revision::parse(commit.sha()).map_err(problem)?)
+        .await
+        .map_err(problem)?;
+    let checkout = ctx.git.checkout(&url, &commit).await.map_err(problem)?;
+    Ok(Resolved {
+        commit: commit.sha().to_string(),
+        checkout,
+    })
+}
+
+/// Registers the refs `app` tracks with the notifier (its target revision, unless a full SHA).
+pub fn track(ctx: &Context, app: &Application) {
+    let source = &app.spec.source;
+    let revision = source
+        .target_revision
+        .clone()
+        .filter(|r| !r.is_empty())
+        .unwrap_or_else(|| "HEAD".into());
+    let refs = match Revision::parse(&revision) {
+        Ok(r) if !r.is_full_sha() => vec![revision],
+        _ => Vec::new(),
+    };
+    ctx.notifier.track(
+        &owner_key(app),
+        &app.namespace().unwrap_or_default(),
+        &source.repo_url,
+        refs,
+    );
+}
+
+/// A commit for `rev` that needs no network round trip: a full SHA, the Repository's last listing
+/// (unless forced), or this Application's remembered resolution younger than the reconcile interval.
+fn known_commit(
+    ctx: &Context,
+    state: &State,
+    app: &Application,
+    repo: Option<&Repository>,
+    rev: &Revision,
+    key: &(String, String),
+    force: bool,
+) -> Option<String> {
+    if rev.is_full_sha() {
+        return Some(rev.as_str().to_ascii_lowercase());
+    }
+    if force {
+        return None;
+    }
+    let listed = repo
+        .and_then(|r| r.status.as_ref())
+        .and_then(|s| s.last_fetched_revision.iter().find(|f| f.ref_ == rev.as_str()))
+        .map(|f| f.revision.clone());
+    if listed.is_some() {
+        return listed;
+    }
+    let fresh_for = ctx.settings.reconcile_interval.max(Duration::from_secs(1));
+    state
+        .remembered(app)
+        .filter(|r| &r.key == key && r.at.elapsed() < fresh_for)
+        .map(|r| r.commit)
+}
+
+async fn fetch(ctx: &Context, url: &RepoUrl, creds: &Credentials, rev: &Revision) -> Result<(), SourceError> {
+    let started = Instant::now();
+    let fetched = tokio::time::timeout(ctx.settings.git_timeout, ctx.git.fetch(url, creds, rev))
+        .await
+        .unwrap_or_else(|_| Err(SourceError::Timeout(format!("{url}: fetch did not finish in time"))));
+    let failure = fetched.as_ref().err().map(SourceError::category);
+    let coalesced = fetched.as_ref().is_ok_and(|o| o.coalesced);
+    if !coalesced {
+        ctx.metrics
+            .observe_git(&repo_label(&url.to_string()), GIT_FETCH, started.elapsed(), failure);
+    }
+    fetched.map(|_| ())
+}
+
+/// The non-template Repository serving `repo_url` for an Application in `ns` (own namespace first).
+fn matching_repository(
+    repos: &[Arc<Repository>],
+    repo_url: &str,
+    ns: &str,
+    operator_ns: &str,
+) -> Option<Arc<Repository>> {
+    let key = url_key(repo_url)?;
+    let mut candidates: Vec<&Arc<Repository>> = repos
+        .iter()
+        .filter(|r| !r.spec.credential_template)
+        .filter(|r| repository_serves(&r.namespace().unwrap_or_default(), ns, operator_ns))
+        .filter(|r| url_key(&r.spec.url).as_deref() == Some(key.as_str()))
+        .collect();
+    candidates.sort_by_key(|r| (r.namespace().as_deref() != Some(ns), r.name_any()));
+    candidates.first().map(|r| Arc::clone(r))
+}
+
+/// Credentials: the Repository's Secret, else the best credential template's, else none.
+async fn credentials(
+    ctx: &Context,
+    repos: &[Arc<Repository>],
+    repo: Option<&Repository>,
+    ns: &str,
+    url: &RepoUrl,
+) -> Result<Credentials, Problem> {
+    let insecure = repo.is_some_and(|r| r.spec.insecure_skip_tls_verify);
+    if let Some(secret_ref) = repo.and_then(|r| r.spec.secret_ref.as_ref()) {
+        let repo_ns = repo.and_then(|r| r.namespace()).unwrap_or_default();
+        return read_secret(ctx, &repo_ns, &secret_ref.name, insecure).await;
+    }
+    let candidates = eligible_templates(repos, ns, ctx.namespace());
+    match pick_template(&candidates, url) {
+        Some(t) => {
+            let insecure = insecure || t.spec.insecure_skip_tls_verify;
+            match &t.spec.secret_ref {
+                Some(s) => read_secret(ctx, &t.namespace().unwrap_or_default(), &s.name, insecure).await,
+                None => Ok(Credentials {
+                    insecure_skip_tls_verify: insecure,
+                    ..Credentials::default()
+                }),
+            }
+        }
+        None => Ok(Credentials {
+            insecure_skip_tls_verify: insecure,
+            ..Credentials::default()
+        }),
+    }
+}
+
+async fn read_secret(ctx: &Context, ns: &str, name: &str, insecure: bool) -> Result<Credentials, Problem> {
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    match api.get_opt(name).await {
+        Ok(Some(secret)) => {
+            let data: BTreeMap<String, Vec<u8>> = secret
+                .data
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| (k, v.0))
+                .collect();
+            Ok(Credentials::from_secret_data(&data, insecure))
+        }
+        Ok(None) => Err(Problem::new("NotFound", format!("Secret {ns}/{name} not found"))),
+        Err(_) => Err(Problem::new("Timeout", format!("Secret {ns}/{name} could not be read"))),
+    }
+}
+
+/// Renders `source` from `checkout` for `app` (`hard`: bypass the render cache).
+pub async fn render(
+    ctx: &Context,
+    app: &Application,
+    source: &ApplicationSource,
+    resolved: &Resolved,
+    hard: bool,
+) -> Result<Arc<RenderOutput>, Problem> {
+    let req = RenderRequest {
+        checkout_root: resolved.checkout.clone(),
+        app_path: source.path.clone().unwrap_or_default(),
+        repo_url: source.repo_url.clone(),
+        revision: resolved.commit.clone(),
+        source: source_options(source),
+        app_name: app.name_any(),
+        app_namespace: app.namespace().unwrap_or_default(),
+        destination_namespace: app.spec.destination.namespace.clone().unwrap_or_default(),
+        limits: Default::default(),
+        binaries: ctx.render_binaries(),
+    };
+    ctx.renderer()
+        .render(&req, hard)
+        .await
+        .map_err(|e| Problem::new(e.category().as_str(), e.to_string()))
+}
+
+/// The status `sourceType` of a render tool.
+pub fn source_type(tool: Tool) -> ApplicationSourceType {
+    match tool {
+        Tool::Directory => ApplicationSourceType::Directory,
+        Tool::Kustomize => ApplicationSourceType::Kustomize,
+        Tool::Helm => ApplicationSourceType::Helm,
+    }
+}
+
+/// The renderer's options from the CRD's (same names as Argo CD's).
+pub fn source_options(source: &ApplicationSource) -> SourceOptions {
+    SourceOptions {
+        directory: source.directory.as_ref().map(|d| DirectoryOptions {
+            recurse: d.recurse,
+            include: d.include.clone().unwrap_or_default(),
+            exclude: d.exclude.clone().unwrap_or_default(),
+        }),
+        kustomize: source.kustomize.as_ref().map(|k| KustomizeOptions {
+            name_prefix: k.name_prefix.clone().unwrap_or_default(),
+            name_suffix: k.name_suffix.clone().unwrap_or_default(),
+            images: k.images.clone(),
+            common_labels: k.common_labels.clone(),
+            common_annotations: k.common_annotations.clone(),
+            force_common_labels: k.force_common_labels,
+            force_common_annotations: k.force_common_annotations,
+            namespace: k.namespace.clone().unwrap_or_default(),
+            replicas: k
+                .replicas
+                .iter()
+                .map(|r| KustomizeReplica {
+                    name: r.name.clone(),
+                    count: match &r.count {
+                        k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(i) => i64::from(*i),
+                        k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(s) => {
+                            s.trim().parse().unwrap_or(0)
+                        }
+                    },
+                })
+                .collect(),
+            components: k.components.clone(),
+            patches: k
+                .patches
+                .iter()
+                .filter_map(|p| serde_json::from_value::<KustomizePatch>(p.clone()).ok())
+                .collect(),
+            ..KustomizeOptions::default()
+        }),
+        helm: source.helm.as_ref().map(|h| HelmOptions {
+            release_name: h.release_name.clone().unwrap_or_default(),
+            value_files: h.value_files.clone(),
+            values: h.values.clone().unwrap_or_default(),
+            values_object: h.values_object.clone(),
+            parameters: h
+                .parameters
+                .iter()
+                .map(|p| HelmParameter {
+                    name: p.name.clone(),
+                    value: p.value.clone(),
+                    force_string: p.force_string,
+                })
+                .collect(),
+            file_parameters: h
+                .file_parameters
+                .iter()
+                .map(|p| HelmFileParameter {
+                    name: p.name.clone(),
+                    path: p.path.clone(),
+                })
+                .collect(),
+            skip_crds: h.skip_crds,
+            ignore_missing_value_files: h.ignore_missing_value_files,
+            namespace: h.namespace.clone().unwrap_or_default(),
+            kube_version: h.kube_version.clone().unwrap_or_default(),
+            api_versions: h.api_versions.clone(),
+        }),
+    }
+}

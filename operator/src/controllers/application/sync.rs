@@ -1,0 +1,190 @@
+//! One sync step: builds the planner's input, asks `engine::plan::next_step` for the next (phase, wave)
+//! step, persists the write-ahead state, executes the step's actions and folds the outcome back with
+//! `record_outcome` (the persistence contract of `engine::plan`):
+//!
+//! 1. persist `StepOutput::state` (intents recorded) BEFORE executing anything that changes the
+//!    cluster — so a restart resumes at the wave that was running and never re-runs a finished hook;
+//! 2. execute through [`super::executor`];
+//! 3. `record_outcome`, and the caller persists the result with the reconcile's status patch.
+//!
+//! [`PlanState`] lives in `operationState.step.{validated, appliedAtMs}`.
+
+use std::future::Future;
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+use serde_json::Value;
+
+use crate::api::application::{Operation, OperationPhase, OperationState, SyncPolicy, SyncStep};
+use crate::cluster::ClusterHandle;
+use crate::controllers::Error;
+use crate::engine::plan::{self, LiveObject, PlanContext, PlanState, ScopeLookup, Step, StepInput, StepOutput};
+
+use super::compare::LiveView;
+use super::executor::{self, Owner};
+
+/// What a step did.
+#[derive(Clone, Debug)]
+pub struct StepResult {
+    /// The operation state to persist.
+    pub state: OperationState,
+    /// The step that was decided (for requeue, history and events).
+    pub step: Step,
+}
+
+/// Everything a step is decided from (borrowed from the reconcile).
+pub struct StepArgs<'a> {
+    /// Namespace and name of the Application.
+    pub owner: Owner<'a>,
+    /// Destination namespace.
+    pub destination_namespace: &'a str,
+    /// The commit being synced.
+    pub revision: &'a str,
+    /// Rendered objects at that commit (empty when `rendered` is false).
+    pub desired: &'a [Value],
+    /// Live objects with health and diff verdicts.
+    pub live: &'a [LiveObject],
+    /// The live view (scopes, completeness).
+    pub view: &'a LiveView,
+    /// The live destination namespace, when `CreateNamespace=true`.
+    pub namespace_live: Option<&'a LiveObject>,
+    /// The operation.
+    pub operation: &'a Operation,
+    /// `spec.syncPolicy`.
+    pub policy: Option<&'a SyncPolicy>,
+    /// The persisted state (`None` starts the operation).
+    pub state: Option<&'a OperationState>,
+    /// Delay between waves.
+    pub wave_delay: Duration,
+    /// The manifests were rendered at `revision`.
+    pub rendered: bool,
+    /// `Prune=confirm` approved.
+    pub prune_confirmed: bool,
+}
+
+struct Scopes<'a>(&'a LiveView);
+
+impl ScopeLookup for Scopes<'_> {
+    fn is_namespaced(&self, group: &str, kind: &str) -> Option<bool> {
+        self.0.namespaced(group, kind)
+    }
+}
+
+/// The planner's decision for `args` (pure).
+pub fn decide(args: &StepArgs<'_>, now: Timestamp) -> StepOutput {
+    let scopes = Scopes(args.view);
+    let plan_state = args.state.and_then(plan_state_of);
+    let input = StepInput {
+        ctx: PlanContext {
+            app_namespace: args.owner.namespace,
+            app_name: args.owner.name,
+            destination_namespace: args.destination_namespace,
+            revision: args.revision,
+            scope: &scopes,
+        },
+        desired: args.desired,
+        live: args.live,
+        namespace_live: args.namespace_live,
+        operation: args.operation,
+        policy: args.policy,
+        state: args.state,
+        plan_state: plan_state.as_ref(),
+        now,
+        wave_delay: args.wave_delay,
+        rendered: args.rendered,
+        live_cache_complete: args.view.complete,
+        prune_confirmed: args.prune_confirmed,
+    };
+    plan::next_step(&input)
+}
+
+/// Decides, persists (write-ahead), executes and records one step. `persist` writes an operation
+/// state to `status.operationState`; it is called only when the step changes the cluster.
+pub async fn run<F, Fut>(cluster: &ClusterHandle, args: &StepArgs<'_>, persist: F) -> Result<StepResult, Error>
+where
+    F: FnOnce(OperationState) -> Fut,
+    Fut: Future<Output = Result<(), Error>>,
+{
+    let out = decide(args, Timestamp::now());
+    let acts = out.step.actions();
+    let mutating = !(acts.prune.is_empty()
+        && acts.delete.is_empty()
+        && acts.apply.is_empty()
+        && acts.delete_on_success.is_empty());
+    if !mutating {
+        if !acts.remove_finalizers.is_empty() {
+            executor::execute(cluster, args.owner, acts).await;
+        }
+        let state = with_step(out.state.clone(), &out.plan_state, &out.step, args.state);
+        return Ok(StepResult { state, step: out.step });
+    }
+    let dry_validation = matches!(out.step, Step::Validate { .. });
+    if !dry_validation {
+        persist(with_step(out.state.clone(), &out.plan_state, &out.step, args.state)).await?;
+    }
+    let outcome = executor::execute(cluster, args.owner, acts).await;
+    let (state, mut plan_state) = plan::record_outcome(&out, &outcome, Timestamp::now());
+    if matches!(out.step, Step::Run { .. }) {
+        plan_state.applied_at_ms = Some(Timestamp::now().as_millisecond());
+    }
+    let state = with_step(state, &plan_state, &out.step, args.state);
+    Ok(StepResult { state, step: out.step })
+}
+
+/// The [`PlanState`] persisted in `operationState.step`.
+pub fn plan_state_of(op: &OperationState) -> Option<PlanState> {
+    op.step.as_ref().map(|s| PlanState {
+        validated: s.validated,
+        applied_at_ms: s.applied_at_ms,
+    })
+}
+
+/// `state` with `operationState.step` set from the plan state and the step's (phase, wave).
+pub fn with_step(
+    mut state: OperationState,
+    plan_state: &PlanState,
+    step: &Step,
+    previous: Option<&OperationState>,
+) -> OperationState {
+    let prev = previous.and_then(|p| p.step.clone()).unwrap_or_default();
+    let (phase, wave) = match step {
+        Step::Run { phase, wave, .. } => (*phase, *wave),
+        _ => (prev.phase, prev.wave),
+    };
+    state.step = if matches!(
+        state.phase,
+        OperationPhase::Succeeded | OperationPhase::Failed | OperationPhase::Error
+    ) {
+        None
+    } else {
+        Some(SyncStep {
+            phase,
+            wave,
+            validated: plan_state.validated,
+            applied_at_ms: plan_state.applied_at_ms,
+        })
+    };
+    state
+}
+
+/// A retry of a failed operation: the same operation, started afresh with `retryCount + 1`.
+pub fn restart(failed: &OperationState, now: Timestamp) -> OperationState {
+    OperationState {
+        operation: failed.operation.clone(),
+        phase: OperationPhase::Running,
+        message: Some(format!("Retrying attempt #{}", failed.retry_count.unwrap_or(0) + 1)),
+        sync_result: None,
+        step: None,
+        started_at: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now)),
+        finished_at: None,
+        retry_count: Some(failed.retry_count.unwrap_or(0) + 1),
+    }
+}
+
+/// Whether an operation state is finished.
+pub fn is_completed(op: &OperationState) -> bool {
+    matches!(
+        op.phase,
+        OperationPhase::Succeeded | OperationPhase::Failed | OperationPhase::Error
+    )
+}

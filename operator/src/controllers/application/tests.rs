@@ -1,0 +1,381 @@
+//! Controller-level tests: the reconcile pipeline driven directly against an in-process devcluster,
+//! with a local bare Git repository served over `file://` (commits made with git2).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ObjectMeta, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client};
+use prometheus::Registry;
+
+use super::{reconcile, State};
+use crate::api::application::{
+    ApplicationDestination, ApplicationSource, ApplicationSpec, HealthStatusCode, OperationPhase, SyncPolicy,
+    SyncPolicyAutomated, SyncStatusCode,
+};
+use crate::api::Application;
+use crate::cluster::ClusterClients;
+use crate::controllers::{Context, Settings};
+use crate::metrics::Metrics;
+use crate::source::git::{Git2Source, GitConfig};
+
+struct Env {
+    _dev: devcluster::DevCluster,
+    _tmp: tempfile::TempDir,
+    config: kube::Config,
+    client: Client,
+    repo: git2::Repository,
+    url: String,
+    git_root: std::path::PathBuf,
+}
+
+async fn env() -> Env {
+    let dev = devcluster::start(devcluster::Config::default()).expect("devcluster");
+    let kubeconfig = Kubeconfig::from_yaml(&dev.kubeconfig_yaml()).expect("kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("config");
+    let client = Client::try_from(config.clone()).expect("client");
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in crate::crds() {
+        crds.create(&PostParams::default(), &crd).await.expect("crd");
+    }
+    for ns in ["apps", "capstan-system"] {
+        let obj = Namespace {
+            metadata: ObjectMeta {
+                name: Some(ns.into()),
+                ..ObjectMeta::default()
+            },
+            ..Namespace::default()
+        };
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &obj)
+            .await
+            .expect("ns");
+    }
+    wait_for_crd(&client).await;
+    let tmp = tempfile::tempdir().expect("tmp");
+    let repo_path = tmp.path().join("repo.git");
+    let repo = git2::Repository::init_bare(&repo_path).expect("init");
+    repo.set_head("refs/heads/main").expect("head");
+    Env {
+        url: format!("file://{}", repo_path.display()),
+        git_root: tmp.path().join("cache"),
+        _dev: dev,
+        _tmp: tmp,
+        config,
+        client,
+        repo,
+    }
+}
+
+async fn wait_for_crd(client: &Client) {
+    let apps: Api<Application> = Api::namespaced(client.clone(), "apps");
+    for _ in 0..100 {
+        if apps.list(&Default::default()).await.is_ok() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("Application CRD never served");
+}
+
+/// Commits exactly `files` (paths with at most one directory level) on `main`.
+fn commit(repo: &git2::Repository, files: &[(&str, &str)]) -> String {
+    let mut dirs: BTreeMap<&str, git2::TreeBuilder<'_>> = BTreeMap::new();
+    let mut root = repo.treebuilder(None).expect("tb");
+    for (path, content) in files {
+        let blob = repo.blob(content.as_bytes()).expect("blob");
+        match path.split_once('/') {
+            Some((d, f)) => {
+                let tb = dirs.entry(d).or_insert_with(|| repo.treebuilder(None).expect("tb"));
+                tb.insert(f, blob, 0o100644).expect("insert");
+            }
+            None => {
+                root.insert(path, blob, 0o100644).expect("insert");
+            }
+        }
+    }
+    for (d, tb) in dirs {
+        let oid = tb.write().expect("write");
+        root.insert(d, oid, 0o040000).expect("dir");
+    }
+    let tree = repo.find_tree(root.write().expect("root")).expect("tree");
+    let sig = git2::Signature::now("t", "t@example.com").expect("sig");
+    let parent = repo
+        .refname_to_id("refs/heads/main")
+        .ok()
+        .and_then(|o| repo.find_commit(o).ok());
+    let parents: Vec<&git2::Commit<'_>> = parent.iter().collect();
+    let oid = repo
+        .commit(Some("refs/heads/main"), &sig, &sig, "c", &tree, &parents)
+        .expect("commit");
+    oid.to_string()
+}
+
+fn context(env: &Env) -> Arc<Context> {
+    let metrics = Metrics::register(&Registry::new()).expect("metrics");
+    let settings = Settings {
+        wave_delay: Duration::from_millis(200),
+        ..Settings::default()
+    };
+    let git = Git2Source::new(&env.git_root, GitConfig::default());
+    let clusters = ClusterClients::new(env.config.clone(), "capstan-system").expect("clusters");
+    Arc::new(Context::new(env.client.clone(), settings, Arc::new(git), metrics).with_clusters(Arc::new(clusters)))
+}
+
+fn cm(name: &str, extra: &str) -> String {
+    format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n{extra}data:\n  k: v\n")
+}
+
+async fn create_app(env: &Env, name: &str, path: &str, prune: bool) -> Api<Application> {
+    let apps: Api<Application> = Api::namespaced(env.client.clone(), "apps");
+    let mut app = Application::new(
+        name,
+        ApplicationSpec {
+            source: ApplicationSource {
+                repo_url: env.url.clone(),
+                target_revision: Some("main".into()),
+                path: Some(path.into()),
+                ..ApplicationSource::default()
+            },
+            destination: ApplicationDestination {
+                server: Some("https://kubernetes.default.svc".into()),
+                name: None,
+                namespace: Some("apps".into()),
+            },
+            sync_policy: Some(SyncPolicy {
+                automated: Some(SyncPolicyAutomated {
+                    prune,
+                    ..SyncPolicyAutomated::default()
+                }),
+                ..SyncPolicy::default()
+            }),
+            ..ApplicationSpec::default()
+        },
+    );
+    app.metadata.namespace = Some("apps".into());
+    apps.create(&PostParams::default(), &app).await.expect("create app");
+    apps
+}
+
+/// Reconciles `name` (fresh reads each time) until `done` holds or the deadline passes.
+async fn drive(
+    apps: &Api<Application>,
+    name: &str,
+    ctx: &Arc<Context>,
+    state: &Arc<State>,
+    limit: Duration,
+    done: impl Fn(&Application) -> bool,
+) -> Application {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let app = apps.get(name).await.expect("get app");
+        if done(&app) {
+            return app;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "condition not reached; status: {}",
+            serde_json::to_string_pretty(&app.status).unwrap_or_default()
+        );
+        let _ = reconcile(Arc::new(app), Arc::clone(ctx), Arc::clone(state)).await;
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+}
+
+fn synced_healthy(app: &Application) -> bool {
+    let s = app.status.as_ref();
+    s.and_then(|s| s.sync.as_ref())
+        .is_some_and(|x| x.status == SyncStatusCode::Synced)
+        && s.and_then(|s| s.health.as_ref())
+            .is_some_and(|h| h.status == HealthStatusCode::Healthy)
+        && s.and_then(|s| s.operation_state.as_ref())
+            .is_none_or(|o| o.phase != OperationPhase::Running)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directory_app_syncs_prunes_and_never_prunes_on_render_failure() {
+    let env = env().await;
+    commit(
+        &env.repo,
+        &[("app/a.yaml", &cm("alpha", "")), ("app/b.yaml", &cm("beta", ""))],
+    );
+    let apps = create_app(&env, "guestbook", "app", true).await;
+    let ctx = context(&env);
+    let (state, _rx) = State::new();
+    let app = drive(
+        &apps,
+        "guestbook",
+        &ctx,
+        &state,
+        Duration::from_secs(60),
+        synced_healthy,
+    )
+    .await;
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), "apps");
+    let alpha = cms.get("alpha").await.expect("alpha applied");
+    let labels = alpha.metadata.labels.clone().unwrap_or_default();
+    let annotations = alpha.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(
+        labels.get("capstan.dev/app-instance"),
+        Some(&crate::cluster::app_instance_id("apps", "guestbook"))
+    );
+    assert_eq!(
+        annotations.get("capstan.dev/tracking-id").map(String::as_str),
+        Some("apps/guestbook:/ConfigMap:apps/alpha")
+    );
+    let status = app.status.expect("status");
+    assert_eq!(status.resources.len(), 2);
+    assert_eq!(status.history.len(), 1, "the automated sync is recorded");
+    assert!(status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == "Ready" && c.status == "True"));
+
+    // A file leaves Git: with prune the object goes.
+    commit(&env.repo, &[("app/a.yaml", &cm("alpha", ""))]);
+    state.force("apps/guestbook".into());
+    drive(&apps, "guestbook", &ctx, &state, Duration::from_secs(60), |a| {
+        synced_healthy(a) && a.status.as_ref().is_some_and(|s| s.resources.len() == 1)
+    })
+    .await;
+    for _ in 0..50 {
+        if cms.get_opt("beta").await.expect("get").is_none() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(cms.get_opt("beta").await.expect("get").is_none(), "beta pruned");
+
+    // Broken YAML: ComparisonError, sync Unknown, nothing pruned.
+    commit(
+        &env.repo,
+        &[("app/a.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: [oops\n")],
+    );
+    state.force("apps/guestbook".into());
+    let app = drive(&apps, "guestbook", &ctx, &state, Duration::from_secs(30), |a| {
+        a.status
+            .as_ref()
+            .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "ComparisonError"))
+    })
+    .await;
+    assert_eq!(app.status.unwrap().sync.unwrap().status, SyncStatusCode::Unknown);
+    for _ in 0..3 {
+        let app = apps.get("guestbook").await.expect("get");
+        let _ = reconcile(Arc::new(app), Arc::clone(&ctx), Arc::clone(&state)).await;
+    }
+    assert!(
+        cms.get_opt("alpha").await.expect("get").is_some(),
+        "never prune on a render failure"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn presync_hook_and_waves_complete_in_order_and_survive_a_restart() {
+    let env = env().await;
+    let job = "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: migrate\n  annotations:\n    argocd.argoproj.io/hook: PreSync\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers:\n      - name: m\n        image: busybox\n";
+    let wave1 = cm("late", "  annotations:\n    argocd.argoproj.io/sync-wave: \"1\"\n");
+    commit(
+        &env.repo,
+        &[
+            ("w/job.yaml", job),
+            ("w/early.yaml", &cm("early", "")),
+            ("w/late.yaml", &wave1),
+        ],
+    );
+    let apps = create_app(&env, "waves", "w", false).await;
+    let ctx = context(&env);
+    let (state, _rx) = State::new();
+    // Run until the sync is under way, then "restart": a fresh State and Context.
+    drive(&apps, "waves", &ctx, &state, Duration::from_secs(60), |a| {
+        a.status
+            .as_ref()
+            .and_then(|s| s.operation_state.as_ref())
+            .is_some_and(|o| o.phase == OperationPhase::Running)
+    })
+    .await;
+    drop(state);
+    let ctx = context(&env);
+    let (state, _rx) = State::new();
+    let app = drive(&apps, "waves", &ctx, &state, Duration::from_secs(90), |a| {
+        synced_healthy(a)
+            && a.status
+                .as_ref()
+                .and_then(|s| s.operation_state.as_ref())
+                .is_some_and(|o| o.phase == OperationPhase::Succeeded)
+    })
+    .await;
+    let status = app.status.expect("status");
+    assert_eq!(status.history.len(), 1, "exactly one completed sync");
+    let rows = &status
+        .operation_state
+        .expect("op")
+        .sync_result
+        .expect("result")
+        .resources;
+    let hook = rows.iter().find(|r| r.kind == "Job").expect("hook row");
+    assert_eq!(hook.hook_phase, Some(OperationPhase::Succeeded));
+    let jobs: Api<Job> = Api::namespaced(env.client.clone(), "apps");
+    let listed = jobs.list(&Default::default()).await.expect("jobs");
+    assert!(listed.items.len() <= 1, "the hook ran once");
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), "apps");
+    let early = cms.get("early").await.expect("early");
+    let late = cms.get("late").await.expect("late");
+    let rv = |c: &ConfigMap| {
+        c.metadata
+            .resource_version
+            .clone()
+            .unwrap_or_default()
+            .parse::<u64>()
+            .unwrap_or(0)
+    };
+    assert!(rv(&early) < rv(&late), "wave 0 before wave 1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn incomplete_live_cache_never_prunes() {
+    let env = env().await;
+    commit(&env.repo, &[("p/a.yaml", &cm("keep", ""))]);
+    let apps = create_app(&env, "careful", "p", true).await;
+    let ctx = context(&env);
+    let (state, _rx) = State::new();
+    drive(&apps, "careful", &ctx, &state, Duration::from_secs(60), synced_healthy).await;
+    // The file leaves Git while the live cache cannot list ConfigMaps (a restarted operator whose
+    // watch keeps failing): nothing may be pruned.
+    commit(&env.repo, &[("p/other.yaml", &cm("other", ""))]);
+    env._dev.inject_faults(devcluster::Fault {
+        status: 500,
+        count: 100_000,
+        method: Some("GET".into()),
+        path_prefix: Some("/api/v1/configmaps".into()),
+        ..Default::default()
+    });
+    let ctx = context(&env);
+    let (state, _rx) = State::new();
+    for _ in 0..3 {
+        let app = apps.get("careful").await.expect("get");
+        let _ = reconcile(Arc::new(app), Arc::clone(&ctx), Arc::clone(&state)).await;
+    }
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), "apps");
+    assert!(
+        cms.get_opt("keep").await.expect("get").is_some(),
+        "not pruned while the cache is incomplete"
+    );
+    let app = apps.get("careful").await.expect("get");
+    let pruned = app
+        .status
+        .and_then(|s| s.operation_state)
+        .and_then(|o| o.sync_result)
+        .is_some_and(|r| {
+            r.resources
+                .iter()
+                .any(|x| x.status == Some(crate::api::application::ResultCode::Pruned))
+        });
+    assert!(!pruned);
+}

@@ -1,0 +1,400 @@
+//! The shared context every controller receives: built once in `main`, never re-read per reconcile.
+//!
+//! It holds the Kubernetes client (wrapped in [`KubeRequestLayer`] so every API request is counted
+//! in `capstan_kube_requests_total{verb,code}`), the operator namespace, the Git source, metrics,
+//! the event recorder, the [`RevisionNotifier`] hand-off, readiness flags and per-object backoff.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context as TaskContext, Poll};
+use std::time::Duration;
+
+use axum::http::{Method, Request, Response};
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::client::ClientBuilder;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::Client;
+use prometheus::IntCounterVec;
+use tower::{Layer, Service};
+
+use super::error::{BackoffPolicy, Backoffs};
+use super::notifier::RevisionNotifier;
+use super::status::truncate;
+use crate::cluster::ClusterClients;
+use crate::metrics::Metrics;
+use crate::render::{Binaries, CachingRenderer};
+use crate::source::GitSource;
+
+/// The `reportingController` of Capstan's events.
+pub const REPORTER: &str = "capstan";
+/// Byte budget of the rendered-manifest cache (memory only, DESIGN §6).
+const RENDER_CACHE_BYTES: usize = 256 << 20;
+/// Longest event note kept (the API limit is 1 KiB).
+const MAX_EVENT_NOTE: usize = 1000;
+
+/// Operator-wide settings from the command line.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// The operator namespace (shared Repositories and Clusters, settings, webhook Secret).
+    pub namespace: String,
+    /// Periodic reconcile interval of controllers that have no interval of their own.
+    pub reconcile_interval: Duration,
+    /// Bound on one git network operation (the Git source has its own, this one is the outer one).
+    pub git_timeout: Duration,
+    /// Backoff of transient reconcile errors.
+    pub backoff: BackoffPolicy,
+    /// Minimum spacing of refresh requests for one Repository (webhook bursts).
+    pub refresh_coalesce: Duration,
+    /// Delay between two sync waves (`--sync-wave-delay`, Argo CD's 2 s).
+    pub wave_delay: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            namespace: "capstan-system".into(),
+            reconcile_interval: Duration::from_secs(120),
+            git_timeout: Duration::from_secs(90),
+            backoff: BackoffPolicy::default(),
+            refresh_coalesce: Duration::from_secs(1),
+            wave_delay: crate::engine::plan::DEFAULT_WAVE_DELAY,
+        }
+    }
+}
+
+/// Everything a controller needs; see the module documentation.
+pub struct Context {
+    /// Kubernetes client (requests counted).
+    pub client: Client,
+    /// Settings from the command line.
+    pub settings: Settings,
+    /// Git operations (shared cache).
+    pub git: Arc<dyn GitSource>,
+    /// Metrics.
+    pub metrics: Metrics,
+    /// Revision changes, tracked refs and refresh requests.
+    pub notifier: Arc<RevisionNotifier>,
+    /// Which controllers have synced their caches (shared with `/readyz`).
+    pub readiness: Arc<Readiness>,
+    /// Consecutive transient failures per object.
+    pub backoffs: Backoffs,
+    recorder: Recorder,
+    /// Destination clusters (set with [`Context::with_clusters`]; the Application and Cluster
+    /// controllers need it).
+    clusters: Option<Arc<ClusterClients>>,
+    /// Manifest rendering with its in-memory cache (bounded).
+    renderer: Arc<CachingRenderer>,
+    /// Helm and Kustomize binaries.
+    binaries: Binaries,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Context {
+    /// Builds the context. `client` should come from [`counting_client`].
+    pub fn new(client: Client, settings: Settings, git: Arc<dyn GitSource>, metrics: Metrics) -> Self {
+        let instance = std::env::var("POD_NAME").ok().or_else(hostname);
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: REPORTER.into(),
+                instance,
+            },
+        );
+        let notifier = Arc::new(RevisionNotifier::new(&settings.namespace, settings.refresh_coalesce));
+        Context {
+            client,
+            settings,
+            git,
+            metrics,
+            notifier,
+            readiness: Arc::default(),
+            backoffs: Backoffs::default(),
+            recorder,
+            clusters: None,
+            renderer: Arc::new(CachingRenderer::new(RENDER_CACHE_BYTES)),
+            binaries: Binaries::default(),
+        }
+    }
+
+    /// The context with destination cluster clients (the operator's own cluster and Cluster objects).
+    pub fn with_clusters(mut self, clusters: Arc<ClusterClients>) -> Self {
+        self.clusters = Some(clusters);
+        self
+    }
+
+    /// The context with other Helm/Kustomize binaries.
+    pub fn with_binaries(mut self, binaries: Binaries) -> Self {
+        self.binaries = binaries;
+        self
+    }
+
+    /// Destination cluster clients, when configured.
+    pub fn clusters(&self) -> Option<&Arc<ClusterClients>> {
+        self.clusters.as_ref()
+    }
+
+    /// The shared renderer.
+    pub fn renderer(&self) -> &CachingRenderer {
+        &self.renderer
+    }
+
+    /// Helm and Kustomize binaries for renders.
+    pub fn render_binaries(&self) -> Binaries {
+        self.binaries.clone()
+    }
+
+    /// The operator namespace.
+    pub fn namespace(&self) -> &str {
+        &self.settings.namespace
+    }
+
+    /// The event recorder (reporter `capstan`); events go to the namespace of the object.
+    pub fn recorder(&self) -> Recorder {
+        self.recorder.clone()
+    }
+
+    /// Publishes an event about `regarding`. Never fails the reconcile: a rejected event is logged.
+    /// `note` must already be sanitized; it is truncated to the API's limit.
+    pub async fn publish_event(
+        &self,
+        regarding: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: &str,
+    ) {
+        let event = Event {
+            type_,
+            reason: reason.to_string(),
+            note: Some(truncate(note, MAX_EVENT_NOTE)),
+            action: action.to_string(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, regarding).await {
+            tracing::warn!(
+                object = regarding.name.as_deref().unwrap_or_default(),
+                namespace = regarding.namespace.as_deref().unwrap_or_default(),
+                reason,
+                "cannot publish event: {e}"
+            );
+        }
+    }
+}
+
+fn hostname() -> Option<String> {
+    std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+}
+
+/// Readiness of the controllers: `/readyz` answers 200 once every registered controller has synced
+/// its caches.
+#[derive(Debug, Default)]
+pub struct Readiness {
+    controllers: Mutex<BTreeMap<String, bool>>,
+}
+
+impl Readiness {
+    /// Registers a controller that is starting (not ready yet).
+    pub fn register(&self, name: &str) {
+        self.lock().entry(name.to_string()).or_insert(false);
+    }
+
+    /// Marks a controller's caches as synced.
+    pub fn mark_ready(&self, name: &str) {
+        self.lock().insert(name.to_string(), true);
+    }
+
+    /// Whether every registered controller is ready.
+    pub fn is_ready(&self) -> bool {
+        self.lock().values().all(|ready| *ready)
+    }
+
+    /// `Ok` when ready, else the controllers still syncing.
+    pub fn check(&self) -> Result<(), Vec<String>> {
+        let pending = self.pending();
+        if pending.is_empty() {
+            Ok(())
+        } else {
+            Err(pending)
+        }
+    }
+
+    /// Controllers not ready yet.
+    pub fn pending(&self) -> Vec<String> {
+        self.lock()
+            .iter()
+            .filter(|(_, ready)| !**ready)
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, bool>> {
+        self.controllers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Builds a client from `config` whose every request is counted in
+/// `capstan_kube_requests_total{verb,code}`.
+pub fn counting_client(config: kube::Config, metrics: &Metrics) -> Result<Client, kube::Error> {
+    let builder = ClientBuilder::try_from(config)?;
+    Ok(builder
+        .with_layer(&KubeRequestLayer::new(metrics.kube_requests.clone()))
+        .build())
+}
+
+/// A tower layer counting Kubernetes API requests by verb and response code.
+#[derive(Clone, Debug)]
+pub struct KubeRequestLayer {
+    counter: IntCounterVec,
+}
+
+impl KubeRequestLayer {
+    /// Counts into `counter` (labels `verb`, `code`).
+    pub fn new(counter: IntCounterVec) -> Self {
+        KubeRequestLayer { counter }
+    }
+}
+
+impl<S> Layer<S> for KubeRequestLayer {
+    type Service = KubeRequestService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        KubeRequestService {
+            inner,
+            counter: self.counter.clone(),
+        }
+    }
+}
+
+/// The service of [`KubeRequestLayer`].
+#[derive(Clone, Debug)]
+pub struct KubeRequestService<S> {
+    inner: S,
+    counter: IntCounterVec,
+}
+
+type BoxedFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+impl<S, B, RB> Service<Request<B>> for KubeRequestService<S>
+where
+    S: Service<Request<B>, Response = Response<RB>>,
+    S::Future: Send + 'static,
+    S::Error: 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = BoxedFuture<Result<S::Response, S::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let verb = kube_verb(req.method(), req.uri().path(), req.uri().query().unwrap_or_default());
+        let counter = self.counter.clone();
+        let fut = self.inner.call(req);
+        Box::pin(async move {
+            let result = fut.await;
+            let code = match &result {
+                Ok(resp) => resp.status().as_u16().to_string(),
+                Err(_) => "error".to_string(),
+            };
+            counter.with_label_values(&[verb, &code]).inc();
+            result
+        })
+    }
+}
+
+/// The Kubernetes verb of a request (`get`, `list`, `watch`, `create`, `update`, `patch`, `delete`,
+/// `deletecollection`), from its method and whether the path names one object or a collection.
+pub fn kube_verb(method: &Method, path: &str, query: &str) -> &'static str {
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let rest: &[&str] = match segments.first() {
+        Some(&"api") => segments.get(2..).unwrap_or_default(),
+        Some(&"apis") => segments.get(3..).unwrap_or_default(),
+        _ => &[],
+    };
+    let rest = match rest {
+        ["namespaces", _, tail @ ..] if !tail.is_empty() => tail,
+        other => other,
+    };
+    let named = rest.len() >= 2;
+    let watch = query.split('&').any(|kv| kv == "watch=true" || kv == "watch=1");
+    match *method {
+        Method::GET if watch => "watch",
+        Method::GET if named || rest.is_empty() => "get",
+        Method::GET => "list",
+        Method::POST => "create",
+        Method::PUT => "update",
+        Method::PATCH => "patch",
+        Method::DELETE if named => "delete",
+        Method::DELETE => "deletecollection",
+        _ => "other",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verbs_from_requests() {
+        let v = |m: Method, p: &str, q: &str| kube_verb(&m, p, q);
+        assert_eq!(v(Method::GET, "/api/v1/namespaces/ns/secrets/s", ""), "get");
+        assert_eq!(v(Method::GET, "/api/v1/namespaces/ns/secrets", ""), "list");
+        assert_eq!(v(Method::GET, "/api/v1/secrets", "limit=500"), "list");
+        assert_eq!(v(Method::GET, "/api/v1/namespaces/ns", ""), "get");
+        assert_eq!(v(Method::GET, "/api/v1/namespaces", ""), "list");
+        assert_eq!(
+            v(
+                Method::GET,
+                "/apis/capstan.dev/v1alpha1/repositories",
+                "watch=true&timeoutSeconds=290"
+            ),
+            "watch"
+        );
+        assert_eq!(
+            v(
+                Method::PATCH,
+                "/apis/capstan.dev/v1alpha1/namespaces/ns/repositories/r/status",
+                ""
+            ),
+            "patch"
+        );
+        assert_eq!(
+            v(Method::POST, "/apis/events.k8s.io/v1/namespaces/ns/events", ""),
+            "create"
+        );
+        assert_eq!(v(Method::PUT, "/api/v1/namespaces/ns/configmaps/c", ""), "update");
+        assert_eq!(v(Method::DELETE, "/api/v1/namespaces/ns/configmaps/c", ""), "delete");
+        assert_eq!(
+            v(Method::DELETE, "/api/v1/namespaces/ns/configmaps", ""),
+            "deletecollection"
+        );
+        assert_eq!(v(Method::GET, "/version", ""), "get");
+    }
+
+    #[test]
+    fn readiness_needs_every_registered_controller() {
+        let r = Readiness::default();
+        assert!(r.is_ready());
+        r.register("repository");
+        r.register("application");
+        assert!(!r.is_ready());
+        r.mark_ready("repository");
+        assert_eq!(r.pending(), vec!["application"]);
+        r.mark_ready("application");
+        assert!(r.is_ready());
+    }
+}

@@ -1,0 +1,771 @@
+//! Repository controller: one `ls-remote` per Repository per poll, never a fetch when refs are
+//! unchanged; `Ready` with `lastFetchedRevision` per tracked ref, or `Ready=False` with the
+//! source error's category; revision changes handed to the [`RevisionNotifier`](super::notifier::RevisionNotifier).
+//!
+//! # Pipeline (one reconcile)
+//! 1. **validate** (no client): `pollInterval` and `url` parse, else `Stalled` (await a change);
+//! 2. **credentials** (client): the `secretRef` Secret, or the best credential template
+//!    ([`template_serves`]: same namespace, or the operator namespace for everyone);
+//! 3. **list** (git): `ls-remote` under a deadline, counted in `capstan_git_request_*`;
+//! 4. **resolve** (no client): tracked refs = `HEAD`, the default branch and every ref consumers
+//!    [`track`](super::notifier::RevisionNotifier::track) → [`resolve_refs`];
+//! 5. **verify** (git, only with `verification.mode: Head`): commits not verified before are
+//!    fetched and their signature checked; failures keep the last good revisions;
+//! 6. **status** (client): [`next_status`] → ONE server-side apply, none when unchanged;
+//! 7. **publish**: changed refs go to the notifier, transitions become events ([`events_for`]);
+//! 8. requeue after `pollInterval`; errors go through `error_policy`.
+//!
+//! Triggers: Repository spec changes (generation predicate, so status writes do not loop), changes
+//! of Secrets that Repositories reference (a metadata-only watch: Secret contents are fetched on
+//! demand and never cached), and refresh requests (webhooks, newly tracked refs).
+//!
+//! Credentials never leave this module except towards the Git source: every message is passed
+//! through [`sanitize`] (credential values scrubbed, URL userinfo and queries stripped, truncated).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::Api;
+use kube::core::PartialObjectMeta;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{predicates, watcher, WatchStreamExt};
+use kube::{Resource, ResourceExt};
+use tokio_stream::wrappers::UnboundedReceiverStream;
+
+use super::error::{error_policy, Error};
+use super::notifier::{repository_serves, url_key, RevisionChange, HEAD};
+use super::status::{self, find_condition, remove_condition, set_condition, truncate, MAX_MESSAGE_LEN};
+use super::{instrumented, parse_duration, Context, Shutdown};
+use crate::api::conditions::{
+    CONDITION_READY, CONDITION_STALLED, REASON_INVALID_SPEC, REASON_NOT_FOUND, REASON_SUCCEEDED, STATUS_FALSE,
+    STATUS_TRUE,
+};
+use crate::api::repository::{FetchedRevision, RepositoryStatus, VerificationMode};
+use crate::api::Repository;
+use crate::metrics::{repo_label, GIT_FETCH, GIT_LS_REMOTE};
+use crate::source::credentials::{best_template, template_matches};
+use crate::source::url::strip_userinfo_and_query;
+use crate::source::{Commit, CredentialTemplate, Credentials, RemoteRef, RepoUrl, Revision, SourceError};
+
+/// The controller's name in `--controllers`, metrics and logs.
+pub const CONTROLLER: &str = "repository";
+/// Event reason when a Repository becomes Ready.
+pub const EVENT_READY: &str = "RepositoryReady";
+/// Event reason when a tracked ref moves.
+pub const EVENT_NEW_REVISION: &str = "NewRevision";
+/// Requeue when `pollInterval` cannot be used.
+const FALLBACK_POLL: Duration = Duration::from_secs(60);
+/// Bound on remembered signature verifications.
+const MAX_VERIFIED: usize = 10_000;
+
+/// `(url key, commit, keys digest)` → verification outcome (`Err` holds a sanitized message).
+type Verified = HashMap<(String, String, u64), Result<(), String>>;
+
+/// Controller-local state shared by reconciles.
+#[derive(Default)]
+struct State {
+    /// Signature verifications already made.
+    verified: Mutex<Verified>,
+    /// The Repository store (credential templates are looked up here).
+    store: std::sync::OnceLock<Store<Repository>>,
+}
+
+/// Runs the Repository controller until `shutdown` fires.
+pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) -> anyhow::Result<()> {
+    let client = ctx.client.clone();
+    let refresh = ctx
+        .notifier
+        .take_refresh_receiver()
+        .ok_or_else(|| anyhow::anyhow!("the repository controller can only be started once"))?;
+    let (reader, writer) = reflector::store();
+    let repositories = watcher(Api::<Repository>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(predicates::generation, Default::default());
+    // Metadata only: which Secret changed, never its data (fetched on demand by name).
+    let secrets = watcher(
+        Api::<PartialObjectMeta<Secret>>::all(client),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .touched_objects();
+    ctx.notifier.attach_repositories(reader.clone());
+    let state = Arc::new(State::default());
+    let _ = state.store.set(reader.clone());
+
+    let (mapper_store, operator_ns) = (reader.clone(), ctx.namespace().to_string());
+    let controller = Controller::for_stream(repositories, reader.clone())
+        .watches_stream(secrets, move |secret: PartialObjectMeta<Secret>| {
+            repositories_using_secret(&mapper_store.state(), &secret, &operator_ns)
+        })
+        .reconcile_on(UnboundedReceiverStream::new(refresh))
+        .graceful_shutdown_on(shutdown.wait());
+
+    super::mark_ready_when_synced(Arc::clone(&ctx), CONTROLLER, reader.clone());
+
+    controller
+        .run(
+            move |repo, ctx| {
+                let state = Arc::clone(&state);
+                async move {
+                    let fut = reconcile(&repo, &ctx, &state);
+                    instrumented(CONTROLLER, repo.as_ref(), &ctx, fut).await
+                }
+            },
+            error_policy::<Repository>,
+            ctx,
+        )
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                // Reconciler errors were logged by `instrumented`; these are queue/watch errors.
+                match e {
+                    kube::runtime::controller::Error::ReconcilerFailed(..) => {}
+                    other => tracing::debug!(controller = CONTROLLER, "controller event: {other}"),
+                }
+            }
+        })
+        .await;
+    Ok(())
+}
+
+/// What one look at the repository found; [`next_status`] turns it into a status.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Observation {
+    /// The refs were listed (and verified, when asked).
+    Listed {
+        /// Resolved tracked refs, sorted by ref.
+        revisions: Vec<FetchedRevision>,
+    },
+    /// Listing or verification failed; `reason` is the error category, `message` sanitized.
+    Failed {
+        /// `AuthenticationFailed`, `HostKeyUnknown`, `NotFound`, `Timeout`, `TLSError`, ...
+        reason: &'static str,
+        /// Sanitized message.
+        message: String,
+    },
+    /// The spec cannot work as written.
+    Invalid {
+        /// Sanitized message.
+        message: String,
+    },
+    /// A credential template: not polled itself.
+    Template,
+}
+
+/// The status after `observation` (pure). Last good revisions and `lastFetchedAt` survive failures.
+pub fn next_status(
+    old: Option<&RepositoryStatus>,
+    observation: &Observation,
+    generation: Option<i64>,
+    now: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+) -> RepositoryStatus {
+    let mut status = old.cloned().unwrap_or_default();
+    status.observed_generation = generation;
+    let conds = &mut status.conditions;
+    match observation {
+        Observation::Listed { revisions } => {
+            let message = ready_message(revisions);
+            set_condition(
+                conds,
+                CONDITION_READY,
+                STATUS_TRUE,
+                REASON_SUCCEEDED,
+                &message,
+                generation,
+                now,
+            );
+            remove_condition(conds, CONDITION_STALLED);
+            status.last_fetched_revision = revisions.clone();
+            status.last_error = None;
+            status.last_fetched_at = Some(now.clone());
+        }
+        Observation::Failed { reason, message } => {
+            set_condition(conds, CONDITION_READY, STATUS_FALSE, reason, message, generation, now);
+            remove_condition(conds, CONDITION_STALLED);
+            status.last_error = Some(truncate(message, MAX_MESSAGE_LEN));
+        }
+        Observation::Invalid { message } => {
+            set_condition(
+                conds,
+                CONDITION_READY,
+                STATUS_FALSE,
+                REASON_INVALID_SPEC,
+                message,
+                generation,
+                now,
+            );
+            set_condition(
+                conds,
+                CONDITION_STALLED,
+                STATUS_TRUE,
+                REASON_INVALID_SPEC,
+                message,
+                generation,
+                now,
+            );
+            status.last_error = Some(truncate(message, MAX_MESSAGE_LEN));
+        }
+        Observation::Template => {
+            let message = "credential template: supplies credentials to repository URLs under it; not polled";
+            set_condition(
+                conds,
+                CONDITION_READY,
+                STATUS_TRUE,
+                REASON_SUCCEEDED,
+                message,
+                generation,
+                now,
+            );
+            remove_condition(conds, CONDITION_STALLED);
+            status.last_fetched_revision.clear();
+            status.last_error = None;
+            status.last_fetched_at = None;
+        }
+    }
+    status
+}
+
+fn ready_message(revisions: &[FetchedRevision]) -> String {
+    match revisions.iter().find(|r| r.ref_ == HEAD) {
+        Some(head) => format!(
+            "listed {} tracked ref(s); HEAD at {}",
+            revisions.len(),
+            short(&head.revision)
+        ),
+        None => format!("listed {} tracked ref(s)", revisions.len()),
+    }
+}
+
+fn short(sha: &str) -> &str {
+    sha.get(..12).unwrap_or(sha)
+}
+
+/// The refs whose commit differs from the last listing (new refs included), as notifier changes.
+pub fn revision_changes(
+    namespace: &str,
+    url: &str,
+    old: &[FetchedRevision],
+    new: &[FetchedRevision],
+) -> Vec<RevisionChange> {
+    let before: BTreeMap<&str, &str> = old.iter().map(|r| (r.ref_.as_str(), r.revision.as_str())).collect();
+    new.iter()
+        .filter(|r| before.get(r.ref_.as_str()) != Some(&r.revision.as_str()))
+        .map(|r| RevisionChange {
+            namespace: namespace.to_string(),
+            url: url.to_string(),
+            ref_: r.ref_.clone(),
+            revision: r.revision.clone(),
+            previous: before.get(r.ref_.as_str()).map(|s| s.to_string()),
+        })
+        .collect()
+}
+
+/// One event to publish: type, reason, note.
+pub type PlannedEvent = (EventType, String, String);
+
+/// Events for a status change (pure): one per `Ready` transition (status or reason changed), and
+/// one `NewRevision` when tracked refs moved after a previous listing.
+pub fn events_for(
+    old: Option<&RepositoryStatus>,
+    new: &RepositoryStatus,
+    changes: &[RevisionChange],
+) -> Vec<PlannedEvent> {
+    let mut events = Vec::new();
+    let before = old.and_then(|s| find_condition(&s.conditions, CONDITION_READY));
+    if let Some(now) = find_condition(&new.conditions, CONDITION_READY) {
+        let transitioned = before.is_none_or(|b| b.status != now.status || b.reason != now.reason);
+        if transitioned {
+            if now.status == STATUS_TRUE {
+                events.push((EventType::Normal, EVENT_READY.to_string(), now.message.clone()));
+            } else {
+                events.push((EventType::Warning, now.reason.clone(), now.message.clone()));
+            }
+        }
+    }
+    let had_revisions = old.is_some_and(|s| !s.last_fetched_revision.is_empty());
+    let moved: Vec<String> = changes
+        .iter()
+        .filter(|c| c.previous.is_some())
+        .map(|c| {
+            format!(
+                "{}: {} -> {}",
+                c.ref_,
+                short(c.previous.as_deref().unwrap_or_default()),
+                short(&c.revision)
+            )
+        })
+        .collect();
+    if had_revisions && !moved.is_empty() {
+        events.push((EventType::Normal, EVENT_NEW_REVISION.to_string(), moved.join("; ")));
+    }
+    events
+}
+
+/// The refs a Repository lists: `HEAD`, the default branch (what the remote's `HEAD` points to,
+/// short name) and every ref consumers track.
+pub fn tracked_refs(remote: &[RemoteRef], consumers: BTreeSet<String>) -> BTreeSet<String> {
+    let mut refs = consumers;
+    refs.insert(HEAD.to_string());
+    if let Some(target) = remote
+        .iter()
+        .find(|r| r.name == HEAD)
+        .and_then(|r| r.symref_target.as_deref())
+    {
+        refs.insert(target.strip_prefix("refs/heads/").unwrap_or(target).to_string());
+    }
+    refs
+}
+
+/// Resolves each tracked ref against the advertised refs (pure). Branches win over tags (as in
+/// Argo CD); annotated tags resolve to the commit they point at; full SHAs and refs the remote does
+/// not have are left out.
+pub fn resolve_refs(tracked: &BTreeSet<String>, remote: &[RemoteRef]) -> Vec<FetchedRevision> {
+    let by_name: HashMap<&str, &str> = remote.iter().map(|r| (r.name.as_str(), r.sha.as_str())).collect();
+    let mut out = Vec::new();
+    for name in tracked {
+        let Ok(revision) = Revision::parse(name) else {
+            continue;
+        };
+        if revision.is_full_sha() {
+            continue;
+        }
+        let found = revision.candidate_refs().into_iter().find_map(|candidate| {
+            let peeled = format!("{candidate}^{{}}");
+            by_name
+                .get(peeled.as_str())
+                .or_else(|| by_name.get(candidate.as_str()))
+                .map(|sha| sha.to_string())
+        });
+        if let Some(sha) = found {
+            out.push(FetchedRevision {
+                ref_: name.clone(),
+                revision: sha,
+            });
+        }
+    }
+    out
+}
+
+/// Whether a credential template in `template_namespace` may serve a Repository in
+/// `repo_namespace`: its own namespace, or everyone when it lives in the operator namespace.
+pub fn template_serves(template_namespace: &str, repo_namespace: &str, operator_namespace: &str) -> bool {
+    repository_serves(template_namespace, repo_namespace, operator_namespace)
+}
+
+/// The credential templates that may serve `repo` (in namespace `ns`), best candidates first on a
+/// tie: same namespace before the operator namespace, then by name.
+pub fn eligible_templates<'a>(all: &'a [Arc<Repository>], ns: &str, operator_ns: &str) -> Vec<&'a Arc<Repository>> {
+    let mut out: Vec<&Arc<Repository>> = all
+        .iter()
+        .filter(|t| t.spec.credential_template)
+        .filter(|t| template_serves(&t.namespace().unwrap_or_default(), ns, operator_ns))
+        .collect();
+    out.sort_by_key(|t| (t.namespace().as_deref() != Some(ns), t.namespace(), t.name_any()));
+    out
+}
+
+/// The best template for `url` among `candidates` (boundary-respecting prefix, longest wins).
+pub fn pick_template<'a>(candidates: &[&'a Arc<Repository>], url: &RepoUrl) -> Option<&'a Arc<Repository>> {
+    let parsed: Vec<(CredentialTemplate, &Arc<Repository>)> = candidates
+        .iter()
+        .filter_map(|t| {
+            RepoUrl::parse(&t.spec.url).ok().map(|u| {
+                (
+                    CredentialTemplate {
+                        url: u,
+                        credentials: Credentials::default(),
+                    },
+                    *t,
+                )
+            })
+        })
+        .collect();
+    let templates: Vec<CredentialTemplate> = parsed.iter().map(|(t, _)| t.clone()).collect();
+    let best = best_template(&templates, url)?;
+    let index = templates.iter().position(|t| std::ptr::eq(t, best))?;
+    Some(parsed[index].1)
+}
+
+/// The Repositories to reconcile when Secret `secret` changes: those referencing it, and for a
+/// credential template referencing it, every Repository the template may serve.
+pub fn repositories_using_secret(
+    all: &[Arc<Repository>],
+    secret: &PartialObjectMeta<Secret>,
+    operator_ns: &str,
+) -> Vec<ObjectRef<Repository>> {
+    let (ns, name) = (secret.namespace().unwrap_or_default(), secret.name_any());
+    let mut out = Vec::new();
+    for repo in all {
+        let repo_ns = repo.namespace().unwrap_or_default();
+        if repo_ns != ns || repo.spec.secret_ref.as_ref().is_none_or(|r| r.name != name) {
+            continue;
+        }
+        out.push(ObjectRef::from_obj(repo.as_ref()));
+        if repo.spec.credential_template {
+            out.extend(served_by_template(all, repo, operator_ns));
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|r| seen.insert(r.clone()));
+    out
+}
+
+/// The non-template Repositories `template` may serve and whose URL it prefixes.
+fn served_by_template(all: &[Arc<Repository>], template: &Repository, operator_ns: &str) -> Vec<ObjectRef<Repository>> {
+    let Ok(prefix) = RepoUrl::parse(&template.spec.url) else {
+        return Vec::new();
+    };
+    let template_ns = template.namespace().unwrap_or_default();
+    all.iter()
+        .filter(|r| !r.spec.credential_template)
+        .filter(|r| template_serves(&template_ns, &r.namespace().unwrap_or_default(), operator_ns))
+        .filter(|r| RepoUrl::parse(&r.spec.url).is_ok_and(|u| template_matches(&prefix, &u)))
+        .map(|r| ObjectRef::from_obj(r.as_ref()))
+        .collect()
+}
+
+/// Makes text safe for status, events, logs and metrics: credential values scrubbed, URL userinfo
+/// and queries stripped, length bounded.
+pub fn sanitize(creds: &Credentials, text: &str) -> String {
+    // Strip URLs first: scrubbing inserts `<redacted>`, whose `<` would end a URL token early.
+    truncate(&creds.scrub(&strip_userinfo_and_query(text)), MAX_MESSAGE_LEN)
+}
+
+/// Everything a reconcile needs after validation.
+#[derive(Debug)]
+struct Validated {
+    url: RepoUrl,
+    key: String,
+    poll: Duration,
+}
+
+fn validate(repo: &Repository) -> Result<Validated, String> {
+    let poll = parse_duration(&repo.spec.poll_interval).map_err(|e| format!("pollInterval: {e}"))?;
+    if poll < Duration::from_secs(1) {
+        return Err("pollInterval must be at least 1s".into());
+    }
+    let url = RepoUrl::parse(&repo.spec.url).map_err(|e| format!("url: {e}"))?;
+    let key = url_key(&repo.spec.url).ok_or_else(|| "url: cannot be normalized".to_string())?;
+    Ok(Validated { url, key, poll })
+}
+
+async fn reconcile(repo: &Repository, ctx: &Context, state: &State) -> Result<Action, Error> {
+    let ns = repo
+        .namespace()
+        .ok_or_else(|| Error::InvalidSpec("a Repository must be namespaced".into()))?;
+    let api: Api<Repository> = Api::namespaced(ctx.client.clone(), &ns);
+    let old = repo.status.as_ref();
+
+    if repo.spec.credential_template {
+        let observation = match RepoUrl::parse(&repo.spec.url) {
+            Ok(_) => Observation::Template,
+            Err(e) => Observation::Invalid {
+                message: format!("url: {}", sanitize(&Credentials::default(), &e.to_string())),
+            },
+        };
+        finish(ctx, &api, repo, &observation, &[]).await?;
+        if let Some(store) = state.store.get() {
+            for dependent in served_by_template(&store.state(), repo, ctx.namespace()) {
+                ctx.notifier.refresh(dependent);
+            }
+        }
+        return match observation {
+            Observation::Invalid { message } => Err(Error::InvalidSpec(message)),
+            _ => Ok(Action::await_change()),
+        };
+    }
+
+    let validated = match validate(repo) {
+        Ok(v) => v,
+        Err(message) => {
+            let message = sanitize(&Credentials::default(), &message);
+            finish(
+                ctx,
+                &api,
+                repo,
+                &Observation::Invalid {
+                    message: message.clone(),
+                },
+                &[],
+            )
+            .await?;
+            return Err(Error::InvalidSpec(message));
+        }
+    };
+    let Validated { url, key, poll } = validated;
+
+    let creds = match resolve_credentials(ctx, state, repo, &ns, &url).await {
+        Ok(c) => c,
+        Err(Error::Dependency {
+            category,
+            message,
+            retry_after,
+        }) => {
+            let observation = Observation::Failed {
+                reason: category,
+                message: message.clone(),
+            };
+            finish(ctx, &api, repo, &observation, &[]).await?;
+            return Err(Error::Dependency {
+                category,
+                message,
+                retry_after: retry_after.min(poll),
+            });
+        }
+        Err(e) => return Err(e),
+    };
+
+    let observation = match look(ctx, state, repo, &ns, &url, &key, &creds).await {
+        Ok(revisions) => Observation::Listed { revisions },
+        Err(e) => Observation::Failed {
+            reason: e.category(),
+            message: sanitize(&creds, &e.to_string()),
+        },
+    };
+    let changes = match &observation {
+        Observation::Listed { revisions } => revision_changes(
+            &ns,
+            &key,
+            old.map(|s| s.last_fetched_revision.as_slice()).unwrap_or_default(),
+            revisions,
+        ),
+        _ => Vec::new(),
+    };
+    finish(ctx, &api, repo, &observation, &changes).await?;
+    match observation {
+        Observation::Failed { reason, message } => Err(Error::Git {
+            category: reason,
+            message,
+            transient: matches!(reason, "Timeout" | "Internal"),
+            retry_after: poll,
+        }),
+        _ => Ok(Action::requeue(poll)),
+    }
+}
+
+/// Writes the status for `observation`, then publishes revision changes and transition events.
+async fn finish(
+    ctx: &Context,
+    api: &Api<Repository>,
+    repo: &Repository,
+    observation: &Observation,
+    changes: &[RevisionChange],
+) -> Result<(), Error> {
+    let old = repo.status.as_ref();
+    let new = next_status(old, observation, repo.metadata.generation, &status::now());
+    status::write_status(api, repo, old, &new).await?;
+    for change in changes {
+        tracing::info!(
+            controller = CONTROLLER,
+            namespace = change.namespace,
+            repository = repo.name_any(),
+            ref_ = change.ref_,
+            revision = change.revision,
+            "tracked ref moved"
+        );
+        ctx.notifier.publish(change.clone());
+    }
+    let reference = repo.object_ref(&());
+    for (type_, reason, note) in events_for(old, &new, changes) {
+        ctx.publish_event(&reference, type_, &reason, "Reconcile", &note).await;
+    }
+    Ok(())
+}
+
+/// Credentials for `repo`: its Secret, else the best credential template's Secret, else none.
+async fn resolve_credentials(
+    ctx: &Context,
+    state: &State,
+    repo: &Repository,
+    ns: &str,
+    url: &RepoUrl,
+) -> Result<Credentials, Error> {
+    let insecure = repo.spec.insecure_skip_tls_verify;
+    if let Some(secret_ref) = &repo.spec.secret_ref {
+        return read_secret(ctx, ns, &secret_ref.name, insecure, "Secret").await;
+    }
+    let all = state.store.get().map(|s| s.state()).unwrap_or_default();
+    let candidates = eligible_templates(&all, ns, ctx.namespace());
+    let Some(template) = pick_template(&candidates, url) else {
+        return Ok(Credentials {
+            insecure_skip_tls_verify: insecure,
+            ..Credentials::default()
+        });
+    };
+    let insecure = insecure || template.spec.insecure_skip_tls_verify;
+    match &template.spec.secret_ref {
+        Some(secret_ref) => {
+            let template_ns = template.namespace().unwrap_or_default();
+            let what = format!("Secret of credential template {template_ns}/{}:", template.name_any());
+            read_secret(ctx, &template_ns, &secret_ref.name, insecure, &what).await
+        }
+        None => Ok(Credentials {
+            insecure_skip_tls_verify: insecure,
+            ..Credentials::default()
+        }),
+    }
+}
+
+async fn read_secret(ctx: &Context, ns: &str, name: &str, insecure: bool, what: &str) -> Result<Credentials, Error> {
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    match secrets.get_opt(name).await? {
+        Some(secret) => {
+            let data: BTreeMap<String, Vec<u8>> = secret
+                .data
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| (k, v.0))
+                .collect();
+            Ok(Credentials::from_secret_data(&data, insecure))
+        }
+        None => Err(Error::Dependency {
+            category: REASON_NOT_FOUND,
+            message: format!("{what} {name} not found in namespace {ns}"),
+            retry_after: FALLBACK_POLL,
+        }),
+    }
+}
+
+/// Lists the remote, resolves the tracked refs and verifies them when asked.
+async fn look(
+    ctx: &Context,
+    state: &State,
+    repo: &Repository,
+    ns: &str,
+    url: &RepoUrl,
+    key: &str,
+    creds: &Credentials,
+) -> Result<Vec<FetchedRevision>, SourceError> {
+    let label = repo_label(&repo.spec.url);
+    let started = Instant::now();
+    let listed = tokio::time::timeout(ctx.settings.git_timeout, ctx.git.ls_remote(url, creds))
+        .await
+        .unwrap_or_else(|_| {
+            Err(SourceError::Timeout(format!(
+                "{url}: no answer within {}s",
+                ctx.settings.git_timeout.as_secs_f32()
+            )))
+        });
+    let failure = listed.as_ref().err().map(SourceError::category);
+    ctx.metrics
+        .observe_git(&label, GIT_LS_REMOTE, started.elapsed(), failure);
+    let remote = listed?;
+    let tracked = tracked_refs(&remote, ctx.notifier.tracked_refs(ns, key));
+    let revisions = resolve_refs(&tracked, &remote);
+    if let Some(verification) = &repo.spec.verification {
+        if verification.mode == VerificationMode::Head {
+            verify(ctx, state, repo, ns, url, key, creds, &revisions, &label).await?;
+        }
+    }
+    Ok(revisions)
+}
+
+/// Checks the signature of every listed commit not verified before (a fetch only then).
+#[allow(clippy::too_many_arguments)]
+async fn verify(
+    ctx: &Context,
+    state: &State,
+    repo: &Repository,
+    ns: &str,
+    url: &RepoUrl,
+    key: &str,
+    creds: &Credentials,
+    revisions: &[FetchedRevision],
+    label: &str,
+) -> Result<(), SourceError> {
+    let Some(cm_ref) = repo
+        .spec
+        .verification
+        .as_ref()
+        .and_then(|v| v.keys_config_map_ref.as_ref())
+    else {
+        return Err(SourceError::VerificationFailed(
+            "verification.mode Head needs keysConfigMapRef".into(),
+        ));
+    };
+    let config_maps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
+    let keys: Vec<String> = match config_maps.get_opt(&cm_ref.name).await {
+        Ok(Some(cm)) => cm.data.unwrap_or_default().into_values().collect(),
+        Ok(None) => {
+            return Err(SourceError::VerificationFailed(format!(
+                "keys ConfigMap {} not found",
+                cm_ref.name
+            )))
+        }
+        Err(e) => return Err(SourceError::Internal(format!("reading keys ConfigMap: {e}"))),
+    };
+    let digest = {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        keys.hash(&mut h);
+        h.finish()
+    };
+    let mut checked = BTreeSet::new();
+    for rev in revisions {
+        if !checked.insert(rev.revision.clone()) {
+            continue;
+        }
+        let cache_key = (key.to_string(), rev.revision.clone(), digest);
+        let known = state
+            .verified
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&cache_key)
+            .cloned();
+        let outcome = match known {
+            Some(outcome) => outcome,
+            None => {
+                let outcome = verify_one(ctx, url, creds, &rev.revision, &keys, label).await?;
+                let mut verified = state.verified.lock().unwrap_or_else(|p| p.into_inner());
+                if verified.len() >= MAX_VERIFIED {
+                    verified.clear();
+                }
+                verified.insert(cache_key, outcome.clone());
+                outcome
+            }
+        };
+        if let Err(message) = outcome {
+            return Err(SourceError::VerificationFailed(format!(
+                "{} ({}): {message}",
+                rev.ref_,
+                short(&rev.revision)
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Fetches one commit and verifies it. `Ok(Err(_))` is a definitive verification failure (cached);
+/// `Err(_)` a failure to get the commit (not cached: retried).
+async fn verify_one(
+    ctx: &Context,
+    url: &RepoUrl,
+    creds: &Credentials,
+    sha: &str,
+    keys: &[String],
+    label: &str,
+) -> Result<Result<(), String>, SourceError> {
+    let revision = Revision::parse(sha)?;
+    let commit = Commit::parse(sha)?;
+    let started = Instant::now();
+    let fetched = tokio::time::timeout(ctx.settings.git_timeout, ctx.git.fetch(url, creds, &revision))
+        .await
+        .unwrap_or_else(|_| Err(SourceError::Timeout(format!("{url}: fetch did not finish in time"))));
+    let failure = fetched.as_ref().err().map(SourceError::category);
+    ctx.metrics.observe_git(label, GIT_FETCH, started.elapsed(), failure);
+    fetched?;
+    match ctx.git.verify_commit(url, &commit, keys).await {
+        Ok(_) => Ok(Ok(())),
+        Err(SourceError::VerificationFailed(message)) => Ok(Err(message)),
+        Err(other) => Err(other),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,231 @@
+//! Prometheus metrics, registered on a caller-owned (non-global) [`Registry`].
+//!
+//! Names follow Argo CD's where Argo CD has the family (`*_git_request_total{repo,request_type}`,
+//! `*_git_request_duration_seconds`) and controller-runtime's for reconcile counters, with the
+//! `capstan_` prefix (reference/argo-flux-semantics.md §3).
+//!
+//! Labels never carry credentials: the `repo` label is [`repo_label`], the sanitized URL without
+//! userinfo or query; error labels are `Error::category()` values, never messages.
+
+use std::time::Duration;
+
+use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder};
+
+use crate::source::url::strip_userinfo_and_query;
+use crate::source::RepoUrl;
+
+/// `request_type` of a `git ls-remote`.
+pub const GIT_LS_REMOTE: &str = "ls-remote";
+/// `request_type` of a `git fetch`.
+pub const GIT_FETCH: &str = "fetch";
+
+/// Every metric Capstan exports. Cheap to clone (the vectors are reference-counted).
+#[derive(Clone, Debug)]
+pub struct Metrics {
+    /// `capstan_git_request_total{repo,request_type}`: git network operations.
+    pub git_requests: IntCounterVec,
+    /// `capstan_git_request_duration_seconds{repo,request_type}`.
+    pub git_request_duration: HistogramVec,
+    /// `capstan_git_request_failures_total{repo,request_type,category}`.
+    pub git_request_failures: IntCounterVec,
+    /// `capstan_kube_requests_total{verb,code}`: requests to the Kubernetes API.
+    pub kube_requests: IntCounterVec,
+    /// `capstan_reconcile_total{controller,result}` (`success`, `waiting`, `stalled`, `error`).
+    pub reconciles: IntCounterVec,
+    /// `capstan_reconcile_errors_total{controller,category}`.
+    pub reconcile_errors: IntCounterVec,
+    /// `capstan_webhook_requests_total{provider,code}`.
+    pub webhook_requests: IntCounterVec,
+    /// `capstan_app_info{namespace,name,project,repo,dest_server,dest_namespace,sync_status,health_status,
+    /// autosync_enabled}` = 1; a changed label set replaces the old one, a deleted Application's goes.
+    pub app_info: IntGaugeVec,
+    /// `capstan_app_sync_total{namespace,name,phase}`: completed sync operations.
+    pub app_sync_total: IntCounterVec,
+    /// `capstan_app_reconcile_duration_seconds`: one Application reconcile.
+    pub app_reconcile_duration: Histogram,
+}
+
+/// Labels of `capstan_app_info`, in order.
+pub const APP_INFO_LABELS: [&str; 9] = [
+    "namespace",
+    "name",
+    "project",
+    "repo",
+    "dest_server",
+    "dest_namespace",
+    "sync_status",
+    "health_status",
+    "autosync_enabled",
+];
+
+impl Metrics {
+    /// Creates every metric and registers it on `registry`. Fails only if a name is registered twice.
+    pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+        let counter = |name: &str, help: &str, labels: &[&str]| -> Result<IntCounterVec, prometheus::Error> {
+            let c = IntCounterVec::new(Opts::new(name, help), labels)?;
+            registry.register(Box::new(c.clone()))?;
+            Ok(c)
+        };
+        let git_request_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "capstan_git_request_duration_seconds",
+                "Duration of git network operations.",
+            )
+            .buckets(vec![0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 10.0, 20.0, 60.0]),
+            &["repo", "request_type"],
+        )?;
+        registry.register(Box::new(git_request_duration.clone()))?;
+        let app_info = IntGaugeVec::new(
+            Opts::new("capstan_app_info", "Information about Applications (value 1)."),
+            &APP_INFO_LABELS,
+        )?;
+        registry.register(Box::new(app_info.clone()))?;
+        let app_reconcile_duration = Histogram::with_opts(
+            HistogramOpts::new(
+                "capstan_app_reconcile_duration_seconds",
+                "Duration of one Application reconcile.",
+            )
+            .buckets(vec![0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0]),
+        )?;
+        registry.register(Box::new(app_reconcile_duration.clone()))?;
+        Ok(Metrics {
+            app_info,
+            app_reconcile_duration,
+            app_sync_total: counter(
+                "capstan_app_sync_total",
+                "Completed Application sync operations by phase.",
+                &["namespace", "name", "phase"],
+            )?,
+            git_requests: counter(
+                "capstan_git_request_total",
+                "Git network operations (ls-remote, fetch).",
+                &["repo", "request_type"],
+            )?,
+            git_request_duration,
+            git_request_failures: counter(
+                "capstan_git_request_failures_total",
+                "Failed git network operations by error category.",
+                &["repo", "request_type", "category"],
+            )?,
+            kube_requests: counter(
+                "capstan_kube_requests_total",
+                "Requests to the Kubernetes API by verb and HTTP status code.",
+                &["verb", "code"],
+            )?,
+            reconciles: counter(
+                "capstan_reconcile_total",
+                "Reconciles by controller and result.",
+                &["controller", "result"],
+            )?,
+            reconcile_errors: counter(
+                "capstan_reconcile_errors_total",
+                "Failed reconciles by controller and error category.",
+                &["controller", "category"],
+            )?,
+            webhook_requests: counter(
+                "capstan_webhook_requests_total",
+                "Git push webhook requests by provider and HTTP status code.",
+                &["provider", "code"],
+            )?,
+        })
+    }
+
+    /// Records one git operation on `repo` (a [`repo_label`]) that took `elapsed`.
+    pub fn observe_git(&self, repo: &str, request_type: &str, elapsed: Duration, failure: Option<&str>) {
+        self.git_requests.with_label_values(&[repo, request_type]).inc();
+        self.git_request_duration
+            .with_label_values(&[repo, request_type])
+            .observe(elapsed.as_secs_f64());
+        if let Some(category) = failure {
+            self.git_request_failures
+                .with_label_values(&[repo, request_type, category])
+                .inc();
+        }
+    }
+
+    /// Records the outcome of one reconcile.
+    pub fn observe_reconcile(&self, controller: &str, result: &str, error_category: Option<&str>) {
+        self.reconciles.with_label_values(&[controller, result]).inc();
+        if let Some(category) = error_category {
+            self.reconcile_errors.with_label_values(&[controller, category]).inc();
+        }
+    }
+}
+
+/// The `repo` label of a repository URL: [`RepoUrl::sanitized`] (no userinfo, no query), or for a
+/// URL that does not parse, the text with userinfo and query stripped, so nothing secret can leak
+/// through a label even for invalid input.
+pub fn repo_label(url: &str) -> String {
+    // scp-like text has no `://`; anything up to the last `@` is userinfo (`user:password@host:path`
+    // would otherwise parse as host `user` with the password in the path).
+    let url = match url.contains("://") {
+        true => url,
+        false => url.rsplit_once('@').map_or(url, |(_, rest)| rest),
+    };
+    match RepoUrl::parse(url) {
+        Ok(parsed) => parsed.sanitized(),
+        Err(_) => strip_userinfo_and_query(url).chars().take(256).collect(),
+    }
+}
+
+/// The registry in Prometheus text exposition format.
+pub fn encode(registry: &Registry) -> String {
+    TextEncoder::new()
+        .encode_to_string(&registry.gather())
+        .unwrap_or_else(|e| format!("# encoding metrics failed: {e}\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registers_on_a_private_registry_and_encodes() {
+        let registry = Registry::new();
+        let metrics = Metrics::register(&registry).expect("register");
+        metrics.observe_git(
+            &repo_label("https://h.example/o/r.git"),
+            GIT_LS_REMOTE,
+            Duration::from_millis(20),
+            None,
+        );
+        metrics.observe_reconcile("repository", "error", Some("Timeout"));
+        metrics.kube_requests.with_label_values(&["get", "200"]).inc();
+        let text = encode(&registry);
+        assert!(
+            text.contains(r#"capstan_git_request_total{repo="https://h.example/o/r.git",request_type="ls-remote"} 1"#),
+            "{text}"
+        );
+        assert!(text.contains("capstan_git_request_duration_seconds_bucket"), "{text}");
+        assert!(text.contains(r#"capstan_reconcile_errors_total{category="Timeout",controller="repository"} 1"#));
+        assert!(text.contains(r#"capstan_kube_requests_total{code="200",verb="get"} 1"#));
+        // A second registration on the same registry is refused, not silently shared.
+        assert!(Metrics::register(&registry).is_err());
+        // The global default registry is untouched.
+        assert!(prometheus::gather().iter().all(|f| !f.name().starts_with("capstan_")));
+    }
+
+    #[test]
+    fn repo_label_never_carries_userinfo_or_query() {
+        assert_eq!(
+            repo_label("https://alice@git.example.com/org/repo.git"),
+            "https://git.example.com/org/repo.git"
+        );
+        assert_eq!(
+            repo_label("git@github.com:org/repo.git"),
+            "ssh://github.com/org/repo.git"
+        );
+        assert_eq!(repo_label("alice:CANARY@host:org/repo"), "ssh://host/org/repo");
+        for raw in [
+            "https://alice:CANARY-pw@git.example.com/org/repo",
+            "https://git.example.com/org/repo?token=CANARY",
+            "https://git.example.com/org/repo#CANARY",
+            "alice:CANARY@host:org/repo",
+        ] {
+            let label = repo_label(raw);
+            assert!(!label.contains("CANARY"), "{raw} -> {label}");
+            assert!(!label.contains("alice"), "{raw} -> {label}");
+        }
+        assert!(repo_label(&"x".repeat(5000)).len() <= 256);
+    }
+}
