@@ -73,7 +73,9 @@ fn stat_ticks(path: &std::path::Path) -> Option<(String, u64)> {
 
 fn cpu_now(ticks: f64) -> Cpu {
     let to = |t: u64| Duration::from_secs_f64(t as f64 / ticks);
-    let process = stat_ticks(std::path::Path::new("/proc/self/stat")).map(|(_, t)| t).unwrap_or(0);
+    let process = stat_ticks(std::path::Path::new("/proc/self/stat"))
+        .map(|(_, t)| t)
+        .unwrap_or(0);
     let mut server = 0;
     if let Ok(dir) = std::fs::read_dir("/proc/self/task") {
         for task in dir.flatten() {
@@ -272,7 +274,10 @@ async fn kube_suite(meter: &Meter, report: &mut Report) -> anyhow::Result<()> {
         .await?;
     report.add("get", C, Target::None, s);
 
-    for name in ["server-side apply, changes data", "server-side apply, no-op (same again)"] {
+    for name in [
+        "server-side apply, changes data",
+        "server-side apply, no-op (same again)",
+    ] {
         let s = meter
             .measure(OBJECTS, || {
                 each(|i| {
@@ -280,7 +285,10 @@ async fn kube_suite(meter: &Meter, report: &mut Report) -> anyhow::Result<()> {
                     async move {
                         let pp = PatchParams::apply("bench").force();
                         let obj: ConfigMap = serde_json::from_value(applied_json(i))?;
-                        Ok(api.patch(&format!("cm-{i:05}"), &pp, &Patch::Apply(&obj)).await.map(|_| ())?)
+                        Ok(api
+                            .patch(&format!("cm-{i:05}"), &pp, &Patch::Apply(&obj))
+                            .await
+                            .map(|_| ())?)
                     }
                 })
             })
@@ -451,14 +459,18 @@ async fn raw_suite(meter: &Meter, report: &mut Report) -> anyhow::Result<()> {
             br#"{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"bench"}}"#,
         )
         .await?;
-    let bodies: Vec<Vec<u8>> = (0..OBJECTS).map(|i| serde_json::to_vec(&cm_json(i)).expect("json")).collect();
+    let bodies: Vec<Vec<u8>> = (0..OBJECTS)
+        .map(|i| serde_json::to_vec(&cm_json(i)).expect("json"))
+        .collect();
     let applied: Vec<Vec<u8>> = (0..OBJECTS)
         .map(|i| serde_json::to_vec(&applied_json(i)).expect("json"))
         .collect();
 
     let s = meter
         .measure(OBJECTS, || {
-            raw_each(&mut conns, |i| ("POST", BASE.to_string(), "application/json", bodies[i].clone()))
+            raw_each(&mut conns, |i| {
+                ("POST", BASE.to_string(), "application/json", bodies[i].clone())
+            })
         })
         .await?;
     report.add("create (POST)", C, Target::Rate(TARGET_WRITES_PER_S), s);
@@ -470,7 +482,10 @@ async fn raw_suite(meter: &Meter, report: &mut Report) -> anyhow::Result<()> {
         .await?;
     report.add("get", C, Target::None, s);
 
-    for name in ["server-side apply, changes data", "server-side apply, no-op (same again)"] {
+    for name in [
+        "server-side apply, changes data",
+        "server-side apply, no-op (same again)",
+    ] {
         let s = meter
             .measure(OBJECTS, || {
                 raw_each(&mut conns, |i| {
@@ -566,10 +581,7 @@ async fn watch_suite(meter: &Meter, report: &mut Report, latencies: &mut Vec<Dur
                 delivered += lat.len();
                 latencies.extend(lat);
             }
-            anyhow::ensure!(
-                delivered == WATCHERS * WATCH_CHANGES,
-                "watchers saw {delivered} events"
-            );
+            anyhow::ensure!(delivered == WATCHERS * WATCH_CHANGES, "watchers saw {delivered} events");
             Ok(())
         })
         .await?;
@@ -652,8 +664,8 @@ fn render(report: &Report, runs: usize, load_before: &str, latencies: &mut [Dura
     out += "Clients: **kube-rs** = kube 5 `Api<ConfigMap>` (typed, what the operator uses), \
             16 requests in flight; **raw HTTP/1.1** = a minimal keep-alive client on 16 connections that \
             sends pre-serialized JSON and does not parse responses, to separate client cost from \
-            devcluster's. CPU/op is process CPU time (client + server) per operation; *server* counts \
-            devcluster's own threads only.\n\n";
+            devcluster's. CPU/op is process CPU time (client + server) per operation, the mean over all samples; \
+            *server* (in parentheses) counts devcluster's own threads only.\n\n";
     out += "| operation | client | median wall | min – max | median rate | CPU/op (server) | target | verdict |\n";
     out += "|---|---|---|---|---|---|---|---|\n";
     for sc in &report.scenarios {
@@ -663,30 +675,18 @@ fn render(report: &Report, runs: usize, load_before: &str, latencies: &mut [Dura
         let max = walls.iter().cloned().fold(0.0, f64::max);
         let ops = sc.samples[0].ops;
         let rate = ops as f64 / (med / 1e3);
-        let cpu_process: Vec<f64> = sc
-            .samples
-            .iter()
-            .map(|s| s.cpu.process.as_secs_f64() * 1e6 / s.ops as f64)
-            .collect();
-        let cpu_server: Vec<f64> = sc
-            .samples
-            .iter()
-            .map(|s| s.cpu.server.as_secs_f64() * 1e6 / s.ops as f64)
-            .collect();
+        // Mean over all samples: the kernel accounts CPU in clock ticks (10 ms), too coarse for one list.
+        let total_ops: usize = sc.samples.iter().map(|s| s.ops).sum();
+        let per_op = |f: fn(&Sample) -> Duration| {
+            sc.samples.iter().map(f).sum::<Duration>().as_secs_f64() * 1e6 / total_ops as f64
+        };
+        let (cpu_process, cpu_server) = (per_op(|s| s.cpu.process), per_op(|s| s.cpu.server));
         let cpu = if sc.samples.iter().all(|s| s.cpu.process.is_zero()) {
             "—".to_string()
         } else if ops == 1 {
-            format!(
-                "{:.0} ms ({:.0} ms)",
-                median_of(&cpu_process) / 1e3,
-                median_of(&cpu_server) / 1e3
-            )
+            format!("{:.0} ms ({:.0} ms)", cpu_process / 1e3, cpu_server / 1e3)
         } else {
-            format!(
-                "{:.0} µs ({:.0} µs)",
-                median_of(&cpu_process),
-                median_of(&cpu_server)
-            )
+            format!("{cpu_process:.0} µs ({cpu_server:.0} µs)")
         };
         let wall = |v: f64| {
             if v >= 1000.0 {

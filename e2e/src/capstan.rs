@@ -557,7 +557,7 @@ fn dechunk(mut body: &str) -> String {
 // Objects
 
 /// The API resource for the kinds these tests touch (`ConfigMap`, `Deployment`, `Service`, `Job`,
-/// `Pod`, `Secret`, `Namespace`, `Application`, `Cluster`, `Repository`).
+/// `Pod`, `Secret`, `Namespace`, `Event` (events.k8s.io), `Application`, `Cluster`, `Repository`).
 pub fn resource(kind: &str) -> ApiResource {
     let (group, version, plural) = match kind {
         "ConfigMap" => ("", "v1", "configmaps"),
@@ -568,6 +568,7 @@ pub fn resource(kind: &str) -> ApiResource {
         "Deployment" => ("apps", "v1", "deployments"),
         "ReplicaSet" => ("apps", "v1", "replicasets"),
         "Job" => ("batch", "v1", "jobs"),
+        "Event" => ("events.k8s.io", "v1", "events"),
         "Application" => ("capstan.dev", "v1alpha1", "applications"),
         "Cluster" => ("capstan.dev", "v1alpha1", "clusters"),
         "Repository" => ("capstan.dev", "v1alpha1", "repositories"),
@@ -583,6 +584,34 @@ pub async fn get_object(client: &Client, ns: &str, kind: &str, name: &str) -> Op
         Ok(found) => found.map(|o| serde_json::to_value(o).expect("an object serialises")),
         Err(e) => panic!("GET {kind} {ns}/{name} failed: {e}"),
     }
+}
+
+/// Every object of `kind` in `ns`, as JSON.
+pub async fn list_objects(client: &Client, ns: &str, kind: &str) -> Vec<Value> {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource(kind));
+    api.list(&Default::default())
+        .await
+        .unwrap_or_else(|e| panic!("LIST {kind} in {ns} failed: {e}"))
+        .items
+        .into_iter()
+        .map(|o| serde_json::to_value(o).expect("an object serialises"))
+        .collect()
+}
+
+/// The `events.k8s.io/v1` Events in `ns` about `kind`/`name`, as `(type, reason, note)`.
+pub async fn events_about(client: &Client, ns: &str, kind: &str, name: &str) -> Vec<(String, String, String)> {
+    list_objects(client, ns, "Event")
+        .await
+        .into_iter()
+        .filter(|e| text(e, "/regarding/kind") == kind && text(e, "/regarding/name") == name)
+        .map(|e| {
+            (
+                text(&e, "/type").to_owned(),
+                text(&e, "/reason").to_owned(),
+                text(&e, "/note").to_owned(),
+            )
+        })
+        .collect()
 }
 
 /// The names of the objects of `kind` in `ns`.

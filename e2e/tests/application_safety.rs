@@ -103,7 +103,17 @@ async fn without_prune_a_removed_object_stays_and_requires_pruning() {
 
     env.repo.remove("app/extra.yaml");
     let rev2 = env.repo.commit("drop extra").await;
-    env.refresh("app", "normal").await;
+    // Argo CD's refresh annotation works as well as Capstan's.
+    env.cluster
+        .kubectl_ok(&[
+            "annotate",
+            "-n",
+            &env.ns,
+            "capp",
+            "app",
+            "argocd.argoproj.io/refresh=normal",
+        ])
+        .await;
 
     let app = env
         .wait_app("app", "OutOfSync with extra requiring pruning", |a| {
@@ -231,6 +241,7 @@ async fn unreachable_repository_never_prunes() {
     let deploy_uid = uid(&env.must_get("Deployment", "guestbook-ui").await);
     let cm_uid = uid(&env.must_get("ConfigMap", "settings").await);
 
+    let t0 = std::time::Instant::now();
     env.repo.stop_daemon().await;
     env.refresh("app", "hard").await;
     let app = env
@@ -246,6 +257,7 @@ async fn unreachable_repository_never_prunes() {
     assert_eq!(uid(&env.must_get("ConfigMap", "settings").await), cm_uid);
     assert!(deletes_in(&env, &env.ns).is_empty(), "{:?}", deletes_in(&env, &env.ns));
 
+    eprintln!("T comparison error after {:?}", t0.elapsed());
     env.repo.start_daemon().await;
     env.refresh("app", "hard").await;
     let app = env
@@ -253,6 +265,7 @@ async fn unreachable_repository_never_prunes() {
             synced_healthy(a) && !condition_true(a, "ComparisonError")
         })
         .await;
+    eprintln!("T recovered after {:?}", t0.elapsed());
     assert_eq!(health_status(&app), "Healthy");
     assert_eq!(uid(&env.must_get("Deployment", "guestbook-ui").await), deploy_uid);
     assert!(deletes_in(&env, &env.ns).is_empty(), "{:?}", deletes_in(&env, &env.ns));
@@ -317,4 +330,75 @@ async fn empty_render_does_not_prune_without_allow_empty() {
     assert_eq!(uid(&env.must_get("Deployment", "guestbook-ui").await), deploy_uid);
     env.must_get("ConfigMap", "settings").await;
     assert!(deletes_in(&env, &env.ns).is_empty(), "{:?}", deletes_in(&env, &env.ns));
+}
+
+/// Objects that copy the app-instance label (as other operators do) are not the Application's: they
+/// are neither adopted nor pruned, even when they also copy a tracking annotation naming another
+/// object (reference/security-cases.md §2.2, §4 A.17).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copied_tracking_marks_are_neither_adopted_nor_pruned() {
+    let env = AppEnv::start("copiedlabel").await;
+    env.repo.copy_fixture("prune", "app");
+    env.repo.commit("two configmaps").await;
+    env.apply(&[application(
+        &env.ns,
+        "app",
+        &env.repo.url(),
+        "app",
+        &env.ns,
+        automated(true, false),
+    )])
+    .await;
+    env.wait_synced_healthy("app").await;
+    let keep = env.must_get("ConfigMap", "keep").await;
+    let instance = text(&keep, "/metadata/labels/capstan.dev~1app-instance").to_owned();
+    let keep_tracking = text(&keep, "/metadata/annotations/capstan.dev~1tracking-id").to_owned();
+    assert!(
+        !instance.is_empty() && !keep_tracking.is_empty(),
+        "{}",
+        keep["metadata"]
+    );
+
+    let impostor = |name: &str, annotations: Value| {
+        json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": name,
+                "namespace": env.ns,
+                "labels": {"capstan.dev/app-instance": instance},
+                "annotations": annotations,
+            },
+            "data": {"owner": "someone else"},
+        })
+    };
+    env.apply(&[
+        impostor("label-only", json!({})),
+        impostor("copied-annotation", json!({"capstan.dev/tracking-id": keep_tracking})),
+        impostor(
+            "other-app",
+            json!({"capstan.dev/tracking-id": format!("{}/other:/ConfigMap:{}/other-app", env.ns, env.ns)}),
+        ),
+    ])
+    .await;
+
+    // A pruning sync runs (extra leaves Git) while the impostors exist.
+    env.repo.remove("app/extra.yaml");
+    let rev2 = env.repo.commit("drop extra").await;
+    env.refresh("app", "normal").await;
+    env.wait_object("ConfigMap", "extra", "is pruned", |o| o.is_none())
+        .await;
+    let app = env
+        .wait_app("app", "Synced at the new revision", |a| {
+            synced_healthy(a) && text(a, "/status/sync/revision") == rev2
+        })
+        .await;
+    for name in ["label-only", "copied-annotation", "other-app"] {
+        assert!(env.get("ConfigMap", name).await.is_some(), "{name} was pruned");
+        assert!(
+            resource_entry(&app, "ConfigMap", name).is_none(),
+            "{name} was adopted: {}",
+            app["status"]["resources"]
+        );
+    }
 }

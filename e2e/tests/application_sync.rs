@@ -7,8 +7,8 @@
 //! change, so "B was created after A became healthy" is a comparison of two numbers.
 
 use capstan_e2e::capstan::{
-    application, automated, condition, get_object, health_status, operation_phase, sync_result_entry, sync_status,
-    synced_healthy, text, tracked_by, AppEnv, OperatorOptions, Recorder, APP_TIMEOUT,
+    application, automated, condition, events_about, get_object, health_status, operation_phase, sync_result_entry,
+    sync_status, synced_healthy, text, tracked_by, AppEnv, OperatorOptions, Recorder, APP_TIMEOUT,
 };
 use serde_json::{json, Value};
 
@@ -333,6 +333,48 @@ async fn depends_on_holds_a_sync_until_the_dependency_is_synced_and_healthy() {
     );
 }
 
+/// A `dependsOn` cycle is reported on both Applications, neither syncs, and breaking it unblocks both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn depends_on_cycle_is_reported_and_never_deadlocks() {
+    let env = AppEnv::start("depcycle").await;
+    env.repo.copy_fixture("depends-on", "deps");
+    env.repo.commit("depends on").await;
+    let url = env.repo.url();
+    let (ns_a, ns_b) = (
+        env.cluster.with_namespace("cycle-a").await,
+        env.cluster.with_namespace("cycle-b").await,
+    );
+    let mut a = application(&env.ns, "a", &url, "deps/api", &ns_a, automated(true, false));
+    a["spec"]["dependsOn"] = json!(["b"]);
+    let mut b = application(&env.ns, "b", &url, "deps/api", &ns_b, automated(true, false));
+    b["spec"]["dependsOn"] = json!(["a"]);
+    env.apply(&[a, b]).await;
+
+    let cycle = |app: &Value| {
+        list(app, "/status/conditions")
+            .iter()
+            .any(|c| text(c, "/reason") == "DependencyCycle")
+    };
+    env.wait_app("a", "reports the dependency cycle", cycle).await;
+    env.wait_app("b", "reports the dependency cycle", cycle).await;
+    let client = env.client().await;
+    for ns in [&ns_a, &ns_b] {
+        assert!(
+            get_object(&client, ns, "ConfigMap", "api-config").await.is_none(),
+            "an Application in a cycle synced into {ns}"
+        );
+    }
+
+    env.patch_app("b", &json!({"spec": {"dependsOn": null}})).await;
+    env.wait_synced_healthy("b").await;
+    let a = env.wait_synced_healthy("a").await;
+    assert!(
+        !cycle(&a),
+        "the cycle condition is cleared: {}",
+        a["status"]["conditions"]
+    );
+}
+
 /// Sync revision 1, then revision 2 by hand, then roll back to the first history entry; rollback is
 /// refused while automated sync is on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -427,29 +469,42 @@ async fn rollback_to_a_history_id_restores_the_old_revision_and_is_refused_while
     .await;
     assert_eq!(text(&env.must_get("ConfigMap", "release").await, "/data/version"), "2");
     let history_len = list(&env.app("release").await, "/status/history").len();
+    let rec = Recorder::start(&env.client().await, &env.ns, &["Application"]).await;
     env.patch_app(
         "release",
         &json!({"operation": {"initiatedBy": {"username": "e2e"}, "rollback": {"id": first_id}}}),
     )
     .await;
-    let app = env
-        .wait_app("release", "the rollback is refused", |a| {
-            let refused_op = a.pointer("/status/operationState/operation/rollback").is_some()
-                && matches!(operation_phase(a), "Failed" | "Error");
-            let refused_condition = list(a, "/status/conditions")
+    let refused = |a: &Value| {
+        list(a, "/status/conditions")
+            .iter()
+            .any(|c| text(c, "/type") == "SyncError" && text(c, "/message").to_lowercase().contains("rollback"))
+    };
+    // The request is consumed, and the refusal is visible: a SyncError condition (Capstan clears it
+    // with the next reconcile) and a Warning Event that stays.
+    let client = env.client().await;
+    let message = env
+        .eventually("the rollback request is consumed and refused visibly", APP_TIMEOUT, || async {
+            let app = env.app("release").await;
+            let consumed = app.get("operation").is_none_or(Value::is_null);
+            let condition_seen = rec
+                .of("Application", "release")
                 .iter()
-                .any(|c| text(c, "/type") == "SyncError" && text(c, "/message").to_lowercase().contains("rollback"));
-            refused_op || refused_condition
+                .find(|s| refused(&s.object))
+                .and_then(|s| condition(&s.object, "SyncError").map(|c| text(c, "/message").to_owned()));
+            let event = events_about(&client, &env.ns, "Application", "release")
+                .await
+                .into_iter()
+                .find(|(type_, _, note)| type_ == "Warning" && note.to_lowercase().contains("rollback"));
+            match (consumed, condition_seen, event) {
+                (true, Some(condition), Some((_, _, note))) => Ok(format!("{condition} {note}").to_lowercase()),
+                (consumed, condition, event) => Err(format!(
+                    "operation consumed: {consumed}; SyncError condition seen: {condition:?}; Warning event: {event:?}\n{}",
+                    capstan_e2e::capstan::summarize_app(&app)
+                )),
+            }
         })
         .await;
-    let message = format!(
-        "{} {}",
-        text(&app, "/status/operationState/message"),
-        condition(&app, "SyncError")
-            .map(|c| text(c, "/message"))
-            .unwrap_or_default()
-    )
-    .to_lowercase();
     assert!(message.contains("auto"), "the refusal names automated sync: {message}");
     assert_eq!(
         text(&env.must_get("ConfigMap", "release").await, "/data/version"),

@@ -23,9 +23,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use capstan::render::{
-    Binaries, KustomizeOptions, Limits, RenderRequest, Renderer, SourceOptions, Tool,
-};
+use capstan::render::{Binaries, KustomizeOptions, Limits, RenderRequest, Renderer, SourceOptions, Tool};
 use capstan::source::git::{Git2Source, GitConfig};
 use capstan::source::{Credentials, GitSource, RepoUrl, Revision};
 
@@ -280,7 +278,10 @@ fn serve_connection(conn: TcpStream, backend: &Path, root: &Path) -> anyhow::Res
             }
         }
         let mut body = Vec::new();
-        if headers.get("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
+        if headers
+            .get("transfer-encoding")
+            .is_some_and(|v| v.eq_ignore_ascii_case("chunked"))
+        {
             loop {
                 let mut size = String::new();
                 reader.read_line(&mut size)?;
@@ -431,7 +432,14 @@ fn write(path: &Path, content: &str) -> anyhow::Result<()> {
 
 fn git(dir: &Path, args: &[&str]) -> anyhow::Result<String> {
     let out = Command::new("git")
-        .args(["-c", "user.name=Bench", "-c", "user.email=bench@example.com", "-c", "commit.gpgsign=false"])
+        .args([
+            "-c",
+            "user.name=Bench",
+            "-c",
+            "user.email=bench@example.com",
+            "-c",
+            "commit.gpgsign=false",
+        ])
         .args(args)
         .current_dir(dir)
         .stdin(Stdio::null())
@@ -662,7 +670,10 @@ async fn render_scenarios(figures: &mut Vec<Figure>) -> anyhow::Result<()> {
     let yaml_anchor = "YAML → JSON: serde-saphyr 6.2–8.0 MB/s, 7.4k–9.6k docs/s ⇒ 2,000 docs ≈ 208–270 ms [L]";
     for (app, what) in [("one-file", "one multi-document file"), ("many-files", "2,000 files")] {
         let req = request(root, app, SourceOptions::default());
-        let s = measure(RENDER_RUNS, 1, None, || render_count(&renderer, &req, DIR_OBJECTS, Tool::Directory)).await?;
+        let s = measure(RENDER_RUNS, 1, None, || {
+            render_count(&renderer, &req, DIR_OBJECTS, Tool::Directory)
+        })
+        .await?;
         let mut f = s.figure(
             S,
             format!("directory, 2,000 Deployments, {what}"),
@@ -690,7 +701,10 @@ async fn render_scenarios(figures: &mut Vec<Figure>) -> anyhow::Result<()> {
     )?;
     write(
         &k.join("base/services.yaml"),
-        &(0..KUSTOMIZE_DEPLOYMENTS).map(service).collect::<Vec<_>>().join("---\n"),
+        &(0..KUSTOMIZE_DEPLOYMENTS)
+            .map(service)
+            .collect::<Vec<_>>()
+            .join("---\n"),
     )?;
     write(
         &k.join("base/kustomization.yaml"),
@@ -714,7 +728,10 @@ async fn render_scenarios(figures: &mut Vec<Figure>) -> anyhow::Result<()> {
         None,
     ));
     let req = request(&k, "overlays/prod", SourceOptions::default());
-    let s = measure(RENDER_RUNS, 1, None, || render_count(&renderer, &req, objects, Tool::Kustomize)).await?;
+    let s = measure(RENDER_RUNS, 1, None, || {
+        render_count(&renderer, &req, objects, Tool::Kustomize)
+    })
+    .await?;
     figures.push(s.figure(
         S,
         format!("Kustomize overlay (namePrefix, images, commonLabels), {objects} objects"),
@@ -731,7 +748,10 @@ async fn render_scenarios(figures: &mut Vec<Figure>) -> anyhow::Result<()> {
         ..SourceOptions::default()
     };
     let req = request(&k, "overlays/prod", argo);
-    let s = measure(RENDER_RUNS, 1, None, || render_count(&renderer, &req, objects, Tool::Kustomize)).await?;
+    let s = measure(RENDER_RUNS, 1, None, || {
+        render_count(&renderer, &req, objects, Tool::Kustomize)
+    })
+    .await?;
     figures.push(s.figure(
         S,
         format!("same overlay + Application kustomize options (private copy, edits), {objects} objects"),
@@ -741,10 +761,15 @@ async fn render_scenarios(figures: &mut Vec<Figure>) -> anyhow::Result<()> {
 
     // Helm: a chart of HELM_COUNT Deployments and Services plus a ConfigMap.
     let c = root.join("helm/chart");
-    write(&c.join("Chart.yaml"), "apiVersion: v2\nname: bench\nversion: 0.1.0\nappVersion: \"1.0\"\n")?;
+    write(
+        &c.join("Chart.yaml"),
+        "apiVersion: v2\nname: bench\nversion: 0.1.0\nappVersion: \"1.0\"\n",
+    )?;
     write(
         &c.join("values.yaml"),
-        &format!("count: {HELM_COUNT}\nreplicas: 2\nimage:\n  repository: registry.example.com/team/web\n  tag: 1.0.0\n"),
+        &format!(
+            "count: {HELM_COUNT}\nreplicas: 2\nimage:\n  repository: registry.example.com/team/web\n  tag: 1.0.0\n"
+        ),
     )?;
     write(
         &c.join("templates/_helpers.tpl"),
@@ -812,7 +837,10 @@ spec:
         None,
     ));
     let req = request(&helm_dir, "chart", SourceOptions::default());
-    let s = measure(RENDER_RUNS, 1, None, || render_count(&renderer, &req, objects, Tool::Helm)).await?;
+    let s = measure(RENDER_RUNS, 1, None, || {
+        render_count(&renderer, &req, objects, Tool::Helm)
+    })
+    .await?;
     figures.push(s.figure(
         S,
         format!("Helm chart, {objects} objects"),
@@ -858,7 +886,14 @@ fn command_line(program: &str, args: &[&str]) -> String {
         .args(args)
         .output()
         .ok()
-        .map(|o| String::from_utf8_lossy(&o.stdout).lines().next().unwrap_or("").trim().to_string())
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_string()
+        })
         .unwrap_or_default()
 }
 
@@ -908,7 +943,7 @@ fn render_report(figures: &[Figure], load_before: &str) -> String {
             let verdict = match f.bound_ms {
                 None => "—".to_string(),
                 Some(b) if med <= b => format!("**met** (≤ {})", fmt_ms(b)),
-                Some(b) => format!("**not met** ({:.1}× {})", med / b, fmt_ms(b)),
+                Some(b) => format!("**not met** ({:.2}× {})", med / b, fmt_ms(b)),
             };
             let name = if f.note.is_empty() {
                 f.name.clone()

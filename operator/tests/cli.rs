@@ -39,13 +39,13 @@ fn version_prints_the_version() {
 }
 
 #[test]
-fn run_accepts_the_design_flags_and_fails_until_the_controllers_exist() {
+fn run_rejects_an_unknown_controller_by_name() {
     let output = capstan(&[
         "run",
         "--namespace",
         "capstan-system",
         "--controllers",
-        "application,repository",
+        "application,bogus",
         "--metrics-addr",
         "127.0.0.1:0",
         "--webhook-addr",
@@ -56,7 +56,21 @@ fn run_accepts_the_design_flags_and_fails_until_the_controllers_exist() {
         "json",
     ]);
     assert!(!output.status.success());
-    assert!(String::from_utf8_lossy(&output.stderr).contains("the controllers are not built yet"));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("unknown controller \"bogus\""), "{stderr}");
+}
+
+#[test]
+fn run_without_a_cluster_fails_with_a_clear_message() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_capstan"))
+        .args(["run", "--metrics-addr", "127.0.0.1:0"])
+        .env("KUBECONFIG", "/nonexistent/kubeconfig")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()
+        .expect("run capstan");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("no Kubernetes configuration"), "{stderr}");
 }
 
 #[test]

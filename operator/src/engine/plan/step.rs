@@ -679,7 +679,11 @@ impl<'i, 'a> Planner<'i, 'a> {
     }
 
     fn mark_group(&mut self, phase: SyncPhase, wave: i64) {
-        self.st.step = Some(SyncStep { phase, wave, ..Default::default() });
+        self.st.step = Some(SyncStep {
+            phase,
+            wave,
+            ..Default::default()
+        });
         self.plan.applied_at_ms = Some(self.now_ms);
     }
 
