@@ -37,8 +37,11 @@ else
 endif
 
 bench: ## benchmarks, release profile (figures go to docs/benchmarks.md)
+	$(CARGO) build --release --bins
 	$(CARGO) bench -p capstan-e2e --bench devcluster
 	$(CARGO) bench -p capstan --bench source_render
+	$(CARGO) bench -p capstan-e2e --bench operator
 
-demo: ## the whole GitOps loop on the embedded devcluster (arrives with the demo issue)
-	@echo "make demo arrives with the 'First run' issue; for now see README.md 'Start devcluster'" >&2; exit 1
+demo: ## the whole GitOps loop on the embedded devcluster, live (DEMO_ONESHOT=1: exit once Synced and Healthy)
+	$(CARGO) build --workspace --bins
+	DEMO_ONESHOT="$(DEMO_ONESHOT)" $(or $(CARGO_TARGET_DIR),target)/debug/capstan-demo
