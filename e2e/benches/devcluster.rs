@@ -80,8 +80,10 @@ fn cpu_now(ticks: f64) -> Cpu {
     if let Ok(dir) = std::fs::read_dir("/proc/self/task") {
         for task in dir.flatten() {
             if let Some((comm, t)) = stat_ticks(&task.path().join("stat")) {
-                // devcluster names its runtime threads "devcluster-worker" (comm is cut at 15 bytes).
-                if comm.starts_with("devcluster") {
+                // devcluster's threads are "devcluster" and "devcluster-worker" (comm is cut at 15 bytes).
+                // Not a prefix match: this bench's own main thread is named after the binary,
+                // `devcluster-<hash>`, and runs the client's main task.
+                if comm == "devcluster" || comm == "devcluster-work" {
                     server += t;
                 }
             }
