@@ -16,6 +16,10 @@
 //!
 //! Every wait is bounded ([`APP_TIMEOUT`] at most); the deadlines are upper bounds for a loaded
 //! machine, not timings.
+//!
+//! Debugging: `CAPSTAN_E2E_ECHO=1` echoes the operator's output as it arrives, and
+//! `CAPSTAN_E2E_RUST_LOG` sets its `RUST_LOG` (default `info`). Timeouts print the last observed
+//! Application status and the tail of the operator's log.
 
 use std::{
     collections::BTreeSet,
@@ -420,9 +424,7 @@ impl Operator {
                     );
                 }
             }
-            // CAPSTAN_E2E_READY_PATH: a debugging aid only (e.g. `/healthz` to get past a readiness bug).
-            let ready_path = std::env::var("CAPSTAN_E2E_READY_PATH").unwrap_or_else(|_| "/readyz".into());
-            if let Some((200, _)) = self.http_get(&ready_path).await {
+            if let Some((200, _)) = self.http_get("/readyz").await {
                 return;
             }
             assert!(
@@ -577,9 +579,13 @@ pub fn resource(kind: &str) -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
 }
 
-/// The object `kind`/`name` in `ns` as JSON, or `None` if it does not exist.
+/// The object `kind`/`name` in `ns` (`""` for cluster-scoped kinds) as JSON, or `None` if it does not exist.
 pub async fn get_object(client: &Client, ns: &str, kind: &str, name: &str) -> Option<Value> {
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource(kind));
+    let api: Api<DynamicObject> = if ns.is_empty() {
+        Api::all_with(client.clone(), &resource(kind))
+    } else {
+        Api::namespaced_with(client.clone(), ns, &resource(kind))
+    };
     match api.get_opt(name).await {
         Ok(found) => found.map(|o| serde_json::to_value(o).expect("an object serialises")),
         Err(e) => panic!("GET {kind} {ns}/{name} failed: {e}"),
@@ -944,9 +950,22 @@ impl AppEnv {
 
     /// Waits until the Application `ns`/`name` satisfies `pred`; returns it.
     pub async fn wait_app_in(&self, ns: &str, name: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        self.wait_app_within(ns, name, what, APP_TIMEOUT, pred).await
+    }
+
+    /// As [`AppEnv::wait_app_in`] with a deadline of `timeout`, for things that must follow promptly
+    /// from something already observed (a handled refresh).
+    pub async fn wait_app_within(
+        &self,
+        ns: &str,
+        name: &str,
+        what: &str,
+        timeout: Duration,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Value {
         let client = self.client().await;
         let what = format!("Application {ns}/{name}: {what}");
-        self.eventually(&what, APP_TIMEOUT, || {
+        self.eventually(&what, timeout, || {
             let client = client.clone();
             let pred = &pred;
             async move {
@@ -1001,6 +1020,15 @@ impl AppEnv {
         self.cluster
             .kubectl_ok(&["annotate", "-n", &self.ns, "capp", name, &annotation, "--overwrite"])
             .await;
+    }
+
+    /// [`AppEnv::refresh`], then waits until the operator has handled it (removed the annotation).
+    pub async fn refresh_handled(&self, name: &str, level: &str) -> Value {
+        self.refresh(name, level).await;
+        self.wait_app(name, "the refresh is handled (annotation removed)", |a| {
+            a.pointer("/metadata/annotations/capstan.dev~1refresh").is_none()
+        })
+        .await
     }
 
     /// Starts a manual sync as `argocd app sync` does: sets `operation.sync` with a merge patch.

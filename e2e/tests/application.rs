@@ -9,7 +9,7 @@
 use capstan_e2e::{
     capstan::{
         application, automated, condition, condition_true, get_object, health_status, list_names, operation_phase,
-        resource_entry, sync_status, synced_healthy, text, tracked_by, AppEnv, IN_CLUSTER,
+        resource_entry, sync_status, synced_healthy, text, tracked_by, AppEnv, Recorder, IN_CLUSTER,
     },
     check, TestCluster,
 };
@@ -128,9 +128,16 @@ spec:
         .collect();
     assert!(images.contains(&GUESTBOOK_IMAGE), "summary.images: {images:?}");
 
-    // The objects carry Capstan's ownership marks.
+    // The objects carry Capstan's ownership marks, and were server-side applied by field manager `capstan`.
     let deploy = env.must_get("Deployment", "guestbook-ui").await;
     let svc = env.must_get("Service", "guestbook-ui").await;
+    for obj in [&deploy, &svc] {
+        assert!(
+            check::managed_entry(obj, "capstan", "Apply").is_some(),
+            "no server-side apply by `capstan`: {}",
+            obj["metadata"]["managedFields"]
+        );
+    }
     assert!(tracked_by(&deploy, ns, "guestbook"), "{}", deploy["metadata"]);
     assert_eq!(
         text(&deploy, "/metadata/annotations/capstan.dev~1tracking-id"),
@@ -238,6 +245,7 @@ async fn helm_chart_values_follow_argo_precedence() {
             "parameters": [{"name": "fromParameter", "value": "parameter"}],
         }
     });
+    let rec = Recorder::start(&env.client().await, &env.ns, &["Job", "ConfigMap"]).await;
     env.apply(&[application(
         &env.ns,
         "settings",
@@ -250,6 +258,25 @@ async fn helm_chart_values_follow_argo_precedence() {
 
     let app = env.wait_synced_healthy("settings").await;
     assert_eq!(text(&app, "/status/sourceType"), "Helm");
+    // The chart's `helm.sh/hook: pre-install` Job ran as a PreSync hook, and `hook-succeeded` removed it.
+    let hook_done = rec.of("Job", "demo-prepare").into_iter().find(|s| {
+        s.object["status"]["conditions"]
+            .as_array()
+            .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Complete" && c["status"] == "True"))
+    });
+    let cm_created = rec.created("ConfigMap", "demo-settings");
+    assert!(
+        matches!((hook_done.as_ref().map(|s| s.rv), cm_created), (Some(a), Some(b)) if a < b),
+        "the pre-install hook completes before the chart's resources are applied\n{}",
+        rec.trace()
+    );
+    env.wait_object("Job", "demo-prepare", "is deleted (hook-succeeded)", |o| o.is_none())
+        .await;
+    let hook = capstan_e2e::capstan::sync_result_entry(&app, "Job", "demo-prepare");
+    assert!(
+        hook.is_some_and(|h| text(h, "/hookType") == "PreSync"),
+        "the Helm hook is recorded as a PreSync hook: {hook:?}"
+    );
     let cm = env.must_get("ConfigMap", "demo-settings").await;
     // parameters > values > valueFiles > the chart's values.yaml.
     assert_eq!(
@@ -269,6 +296,33 @@ async fn helm_chart_values_follow_argo_precedence() {
         "helm.releaseName"
     );
     assert!(tracked_by(&cm, &env.ns, "settings"));
+}
+
+/// `CreateNamespace=true` creates the missing destination namespace with `managedNamespaceMetadata`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_namespace_sync_option_creates_the_destination_namespace() {
+    let env = AppEnv::start("createns").await;
+    commit_guestbook(&env).await;
+    let dest = format!("{}-created", env.ns);
+    let mut spec = automated(false, false);
+    spec["syncPolicy"]["syncOptions"] = json!(["CreateNamespace=true"]);
+    spec["syncPolicy"]["managedNamespaceMetadata"] = json!({"labels": {"team": "guestbook"}});
+    env.apply(&[application(
+        &env.ns,
+        "guestbook",
+        &env.repo.url(),
+        "guestbook",
+        &dest,
+        spec,
+    )])
+    .await;
+    env.wait_synced_healthy("guestbook").await;
+    let client = env.client().await;
+    let ns = get_object(&client, "", "Namespace", &dest)
+        .await
+        .unwrap_or_else(|| env.fail(&format!("namespace {dest} was not created")));
+    assert_eq!(text(&ns, "/metadata/labels/team"), "guestbook", "{}", ns["metadata"]);
+    assert!(get_object(&client, &dest, "Deployment", "guestbook-ui").await.is_some());
 }
 
 /// Cascade deletion with `capstan.dev/resources`; without a finalizer the resources are orphaned.

@@ -6,6 +6,8 @@ use capstan_e2e::capstan::{
     application, automated, condition, condition_true, health_status, resource_entry, sync_result_entry, sync_status,
     synced_healthy, text, AppEnv,
 };
+use std::time::Duration;
+
 use serde_json::{json, Value};
 
 fn list<'a>(v: &'a Value, ptr: &str) -> &'a [Value] {
@@ -82,6 +84,78 @@ async fn automated_prune_deletes_what_left_git() {
         keep_uid,
         "the kept object was left alone"
     );
+}
+
+/// A ConfigMap manifest (no namespace) with `annotations`.
+fn configmap_yaml(name: &str, annotations: Value) -> String {
+    capstan_e2e::fixtures::to_yaml(&[json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "annotations": annotations},
+        "data": {"name": name},
+    })])
+}
+
+/// Pruning goes in reverse wave order (mirrored waves), and `Prune=false` keeps an object.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prune_runs_in_reverse_wave_order_and_respects_prune_false() {
+    let env = AppEnv::start("prunewaves").await;
+    env.repo.write("app/keep.yaml", &configmap_yaml("keep", json!({})));
+    for wave in 0..3 {
+        let name = format!("wave{wave}");
+        let annotations = json!({"argocd.argoproj.io/sync-wave": wave.to_string()});
+        env.repo
+            .write(&format!("app/{name}.yaml"), &configmap_yaml(&name, annotations));
+    }
+    env.repo.write(
+        "app/precious.yaml",
+        &configmap_yaml("precious", json!({"argocd.argoproj.io/sync-options": "Prune=false"})),
+    );
+    env.repo.commit("waves").await;
+    env.apply(&[application(
+        &env.ns,
+        "app",
+        &env.repo.url(),
+        "app",
+        &env.ns,
+        automated(true, false),
+    )])
+    .await;
+    env.wait_synced_healthy("app").await;
+    let rec = capstan_e2e::capstan::Recorder::start(&env.client().await, &env.ns, &["ConfigMap"]).await;
+
+    for name in ["wave0", "wave1", "wave2", "precious"] {
+        env.repo.remove(&format!("app/{name}.yaml"));
+    }
+    env.repo.commit("remove them").await;
+    env.refresh("app", "normal").await;
+    env.wait_object("ConfigMap", "wave0", "is pruned", |o| o.is_none())
+        .await;
+    let app = env
+        .wait_app("app", "done pruning", |a| {
+            !matches!(capstan_e2e::capstan::operation_phase(a), "Running" | "")
+                && sync_result_entry(a, "ConfigMap", "wave0").is_some_and(|r| text(r, "/status") == "Pruned")
+        })
+        .await;
+
+    let deleted = |name: &str| rec.of("ConfigMap", name).iter().find(|s| s.deleted).map(|s| s.rv);
+    let (w0, w1, w2) = (deleted("wave0"), deleted("wave1"), deleted("wave2"));
+    assert!(
+        matches!((w0, w1, w2), (Some(a), Some(b), Some(c)) if c < b && b < a),
+        "expected wave2, then wave1, then wave0 to be deleted\n{}",
+        rec.trace()
+    );
+    // Prune=false: left in place, reported as not pruned.
+    assert!(
+        env.get("ConfigMap", "precious").await.is_some(),
+        "Prune=false was ignored"
+    );
+    let precious = sync_result_entry(&app, "ConfigMap", "precious");
+    assert!(
+        precious.is_some_and(|r| text(r, "/status") == "PruneSkipped"),
+        "the result says PruneSkipped: {precious:?}"
+    );
+    assert!(env.get("ConfigMap", "keep").await.is_some());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -167,6 +241,8 @@ async fn self_heal_reverts_edits_and_recreates_deleted_objects() {
     })
     .await;
 
+    // Only what drifted is re-applied (Argo CD's self-heal syncs the OutOfSync resources).
+    env.cluster.dev().clear_request_log();
     env.cluster
         .kubectl_ok(&[
             "patch",
@@ -184,6 +260,19 @@ async fn self_heal_reverts_edits_and_recreates_deleted_objects() {
         c.is_some_and(|c| text(c, "/data/value") == "from-git")
     })
     .await;
+
+    let deployment_path = format!("/apis/apps/v1/namespaces/{ns}/deployments/guestbook-ui");
+    let deployment_writes: Vec<String> = env
+        .cluster
+        .requests()
+        .into_iter()
+        .filter(|r| matches!(r.method.as_str(), "PATCH" | "PUT" | "POST") && r.path == deployment_path)
+        .map(|r| format!("{} {} {} (UA {})", r.status, r.method, r.path, r.user_agent))
+        .collect();
+    assert!(
+        deployment_writes.is_empty(),
+        "the in-sync Deployment was re-applied by the ConfigMap's self-heal: {deployment_writes:?}"
+    );
 
     let old_uid = uid(&env.must_get("ConfigMap", "settings").await);
     env.cluster
@@ -234,6 +323,35 @@ async fn without_self_heal_drift_is_reported_not_reverted() {
     );
 }
 
+/// `ignoreDifferences` on `/spec/replicas` (an autoscaler's field): scaling is not drift, even with
+/// selfHeal, and the Application stays Synced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ignore_differences_keeps_scaled_replicas_and_stays_synced() {
+    let mut spec = automated(true, true);
+    spec["ignoreDifferences"] = json!([{"group": "apps", "kind": "Deployment", "jsonPointers": ["/spec/replicas"]}]);
+    let (env, _) = synced_app("ignorediff", spec).await;
+    env.cluster
+        .kubectl_ok(&["scale", "deployment", "guestbook-ui", "-n", &env.ns, "--replicas=3"])
+        .await;
+    // A full comparison after the change.
+    env.refresh_handled("app", "hard").await;
+    let app = env.wait_synced_healthy("app").await;
+    let deploy = resource_entry(&app, "Deployment", "guestbook-ui").expect("the Deployment is listed");
+    assert_eq!(text(deploy, "/status"), "Synced", "{deploy}");
+    assert_eq!(
+        list(&app, "/status/history").len(),
+        1,
+        "no self-heal sync for an ignored field"
+    );
+    assert_eq!(
+        env.must_get("Deployment", "guestbook-ui")
+            .await
+            .pointer("/spec/replicas"),
+        Some(&json!(3)),
+        "the scaled replicas were kept"
+    );
+}
+
 /// The repository goes away: ComparisonError, sync Unknown, nothing deleted; it recovers when back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_repository_never_prunes() {
@@ -241,13 +359,18 @@ async fn unreachable_repository_never_prunes() {
     let deploy_uid = uid(&env.must_get("Deployment", "guestbook-ui").await);
     let cm_uid = uid(&env.must_get("ConfigMap", "settings").await);
 
-    let t0 = std::time::Instant::now();
     env.repo.stop_daemon().await;
-    env.refresh("app", "hard").await;
+    // A user-requested refresh re-resolves the revision (Argo CD's CompareWithLatestForceResolve), so the
+    // refresh itself must surface the failure, not only a later periodic reconcile.
+    env.refresh_handled("app", "hard").await;
     let app = env
-        .wait_app("app", "ComparisonError with sync status Unknown", |a| {
-            condition_true(a, "ComparisonError") && sync_status(a) == "Unknown"
-        })
+        .wait_app_within(
+            &env.ns,
+            "app",
+            "ComparisonError with sync status Unknown right after the hard refresh",
+            Duration::from_secs(15),
+            |a| condition_true(a, "ComparisonError") && sync_status(a) == "Unknown",
+        )
         .await;
     let message = condition(&app, "ComparisonError")
         .map(|c| text(c, "/message"))
@@ -257,7 +380,6 @@ async fn unreachable_repository_never_prunes() {
     assert_eq!(uid(&env.must_get("ConfigMap", "settings").await), cm_uid);
     assert!(deletes_in(&env, &env.ns).is_empty(), "{:?}", deletes_in(&env, &env.ns));
 
-    eprintln!("T comparison error after {:?}", t0.elapsed());
     env.repo.start_daemon().await;
     env.refresh("app", "hard").await;
     let app = env
@@ -265,10 +387,36 @@ async fn unreachable_repository_never_prunes() {
             synced_healthy(a) && !condition_true(a, "ComparisonError")
         })
         .await;
-    eprintln!("T recovered after {:?}", t0.elapsed());
     assert_eq!(health_status(&app), "Healthy");
     assert_eq!(uid(&env.must_get("Deployment", "guestbook-ui").await), deploy_uid);
     assert!(deletes_in(&env, &env.ns).is_empty(), "{:?}", deletes_in(&env, &env.ns));
+}
+
+/// The Application is pointed at a dead port: ComparisonError, sync Unknown, nothing deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_repository_url_never_prunes() {
+    let (env, _) = synced_app("deadurl", automated(true, true)).await;
+    let deploy_uid = uid(&env.must_get("Deployment", "guestbook-ui").await);
+    let dead = format!("git://127.0.0.1:{}/gone.git", capstan_e2e::capstan::free_port());
+    env.patch_app("app", &json!({"spec": {"source": {"repoURL": dead}}}))
+        .await;
+    let app = env
+        .wait_app("app", "ComparisonError with sync status Unknown", |a| {
+            condition_true(a, "ComparisonError") && sync_status(a) == "Unknown"
+        })
+        .await;
+    assert_eq!(list(&app, "/status/history").len(), 1, "nothing was synced");
+    assert_eq!(uid(&env.must_get("Deployment", "guestbook-ui").await), deploy_uid);
+    env.must_get("ConfigMap", "settings").await;
+    assert!(deletes_in(&env, &env.ns).is_empty(), "{:?}", deletes_in(&env, &env.ns));
+
+    env.patch_app("app", &json!({"spec": {"source": {"repoURL": env.repo.url()}}}))
+        .await;
+    env.wait_app("app", "recovered: Synced, no ComparisonError", |a| {
+        synced_healthy(a) && !condition_true(a, "ComparisonError")
+    })
+    .await;
+    assert_eq!(uid(&env.must_get("Deployment", "guestbook-ui").await), deploy_uid);
 }
 
 /// A commit with invalid YAML: ComparisonError, sync Unknown, nothing deleted, nothing synced.

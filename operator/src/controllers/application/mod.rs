@@ -86,6 +86,9 @@ pub struct State {
     applications: OnceLock<Store<Application>>,
     resolutions: Mutex<HashMap<String, Resolution>>,
     forced: Mutex<HashSet<String>>,
+    /// Applications whose last network resolution of their revision failed: until one succeeds, cached
+    /// knowledge (the Repository's listing, a remembered resolution) must not hide the failure.
+    unresolved: Mutex<HashSet<String>>,
     self_heal: Mutex<HashMap<String, (String, u32)>>,
     instances: Mutex<HashMap<String, ObjectRef<Application>>>,
     subscribed: Mutex<HashSet<usize>>,
@@ -111,6 +114,7 @@ impl State {
             applications: OnceLock::new(),
             resolutions: Mutex::default(),
             forced: Mutex::default(),
+            unresolved: Mutex::default(),
             self_heal: Mutex::default(),
             instances: Mutex::default(),
             subscribed: Mutex::default(),
@@ -146,6 +150,20 @@ impl State {
 
     fn take_forced(&self, app: &Application) -> bool {
         lock(&self.forced).remove(&app_key(app))
+    }
+
+    /// Records whether the last network resolution for `app` failed.
+    fn set_unresolved(&self, app: &Application, failed: bool) {
+        let mut unresolved = lock(&self.unresolved);
+        if failed {
+            unresolved.insert(app_key(app));
+        } else {
+            unresolved.remove(&app_key(app));
+        }
+    }
+
+    fn is_unresolved(&self, app: &Application) -> bool {
+        lock(&self.unresolved).contains(&app_key(app))
     }
 
     /// SelfHeal attempts at `revision` so far.

@@ -71,11 +71,18 @@ pub async fn resolve(
     let creds = credentials(ctx, &repos, repo.as_deref(), &ns, &url).await?;
     let problem = |e: SourceError| Problem::new(e.category(), sanitize(&creds, &e.to_string()));
     let key = (url_key(&source.repo_url).unwrap_or_default(), rev.as_str().to_string());
+    // After a failed network resolution, keep asking the network: a cached commit would report the
+    // Application Synced while its repository is unreachable (the failure must stay visible).
+    let force = force || state.is_unresolved(app);
     let commit = match known_commit(ctx, state, app, repo.as_deref(), &rev, &key, force) {
         Some(sha) => Commit::parse(&sha).map_err(problem)?,
         None => {
-            fetch(ctx, &url, &creds, &rev).await.map_err(problem)?;
-            let commit = ctx.git.resolve(&url, &rev).await.map_err(problem)?;
+            let resolved = match fetch(ctx, &url, &creds, &rev).await {
+                Ok(()) => ctx.git.resolve(&url, &rev).await,
+                Err(e) => Err(e),
+            };
+            state.set_unresolved(app, resolved.is_err());
+            let commit = resolved.map_err(problem)?;
             state.remember(
                 app,
                 Resolution {
