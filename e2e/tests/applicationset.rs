@@ -79,7 +79,14 @@ spec:
     );
     env.cluster.apply(&manifest, &[]).await;
     env.cluster
-        .kubectl_ok(&["wait", "-n", ns, "cappset/dirs", "--for=condition=Ready", "--timeout=90s"])
+        .kubectl_ok(&[
+            "wait",
+            "-n",
+            ns,
+            "cappset/dirs",
+            "--for=condition=Ready",
+            "--timeout=90s",
+        ])
         .await;
     env.eventually("Applications alpha and beta exist", TIMEOUT, || async {
         let names = app_names(&env).await;
@@ -114,7 +121,8 @@ spec:
     })
     .await;
     // The deleted Application's resources go with it (resources finalizer), the new one syncs.
-    env.wait_object("ConfigMap", "beta", "is deleted", |o| o.is_none()).await;
+    env.wait_object("ConfigMap", "beta", "is deleted", |o| o.is_none())
+        .await;
     env.wait_synced_healthy("gamma").await;
     let set = env
         .eventually("the refresh annotation is removed", TIMEOUT, || async {
@@ -260,5 +268,7 @@ spec:
     // ... so prod is never synced while qa is held: no operation, no Deployment.
     assert!(prod.get("operation").is_none_or(Value::is_null), "{prod:#}");
     assert_ne!(prod.pointer("/status/sync/status"), Some(&Value::from("Synced")));
-    assert!(get_object(&env.client().await, ns, "Deployment", "web-prod").await.is_none());
+    assert!(get_object(&env.client().await, ns, "Deployment", "web-prod")
+        .await
+        .is_none());
 }

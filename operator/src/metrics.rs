@@ -43,6 +43,13 @@ pub struct Metrics {
     pub app_sync_total: IntCounterVec,
     /// `capstan_app_reconcile_duration_seconds`: one Application reconcile.
     pub app_reconcile_duration: Histogram,
+    /// `capstan_appset_info{namespace,name,resource_update_status}` = 1 (Argo CD's `argocd_appset_info`);
+    /// `resource_update_status` is the `ResourcesUpToDate` condition's status.
+    pub appset_info: IntGaugeVec,
+    /// `capstan_appset_owned_applications{namespace,name}`: Applications the set owns.
+    pub appset_owned_applications: IntGaugeVec,
+    /// `capstan_appset_reconcile_duration_seconds{namespace,name}`: one ApplicationSet reconcile.
+    pub appset_reconcile_duration: HistogramVec,
 }
 
 /// Labels of `capstan_app_info`, in order.
@@ -88,9 +95,34 @@ impl Metrics {
             .buckets(vec![0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0]),
         )?;
         registry.register(Box::new(app_reconcile_duration.clone()))?;
+        let appset_info = IntGaugeVec::new(
+            Opts::new("capstan_appset_info", "Information about ApplicationSets (value 1)."),
+            &["namespace", "name", "resource_update_status"],
+        )?;
+        registry.register(Box::new(appset_info.clone()))?;
+        let appset_owned_applications = IntGaugeVec::new(
+            Opts::new(
+                "capstan_appset_owned_applications",
+                "Applications owned by an ApplicationSet.",
+            ),
+            &["namespace", "name"],
+        )?;
+        registry.register(Box::new(appset_owned_applications.clone()))?;
+        let appset_reconcile_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "capstan_appset_reconcile_duration_seconds",
+                "Duration of one ApplicationSet reconcile.",
+            )
+            .buckets(vec![0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0]),
+            &["namespace", "name"],
+        )?;
+        registry.register(Box::new(appset_reconcile_duration.clone()))?;
         Ok(Metrics {
             app_info,
             app_reconcile_duration,
+            appset_info,
+            appset_owned_applications,
+            appset_reconcile_duration,
             app_sync_total: counter(
                 "capstan_app_sync_total",
                 "Completed Application sync operations by phase.",

@@ -461,6 +461,10 @@ pub enum MatchOperator {
     In,
     /// The label is absent or its value is none of `values`.
     NotIn,
+    /// The label is present (`values` must be empty).
+    Exists,
+    /// The label is absent (`values` must be empty).
+    DoesNotExist,
 }
 
 /// Observed state of an ApplicationSet.

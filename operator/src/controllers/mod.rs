@@ -17,6 +17,7 @@
 //!   each object uses, `request_refresh` to get a Repository re-listed now.
 
 pub mod application;
+pub mod application_set;
 pub mod cluster;
 pub mod context;
 pub mod error;
@@ -82,7 +83,10 @@ impl ControllerName {
     pub fn is_built(self) -> bool {
         matches!(
             self,
-            ControllerName::Repository | ControllerName::Application | ControllerName::Cluster
+            ControllerName::Repository
+                | ControllerName::Application
+                | ControllerName::Cluster
+                | ControllerName::ApplicationSet
         )
     }
 }
@@ -216,6 +220,9 @@ pub async fn run(ctx: Arc<Context>, controllers: &ControllerSet, shutdown: Shutd
             ControllerName::Repository => tasks.spawn(async move { (name, repository::run(ctx, shutdown).await) }),
             ControllerName::Application => tasks.spawn(async move { (name, application::run(ctx, shutdown).await) }),
             ControllerName::Cluster => tasks.spawn(async move { (name, cluster::run(ctx, shutdown).await) }),
+            ControllerName::ApplicationSet => {
+                tasks.spawn(async move { (name, application_set::run(ctx, shutdown).await) })
+            }
             _ => continue,
         };
     }
