@@ -21,6 +21,7 @@ pub mod application_set;
 pub mod cluster;
 pub mod context;
 pub mod error;
+pub mod git_access;
 pub mod notifier;
 pub mod repository;
 pub mod status;

@@ -7,6 +7,7 @@
 //! precondition when known, and the planner only ever prunes objects whose tracking id names this
 //! Application; the executor re-checks that on the live object before deleting (defence in depth).
 
+use futures::StreamExt;
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::Api;
@@ -30,6 +31,16 @@ pub struct Owner<'a> {
     pub name: &'a str,
 }
 
+/// Applies in flight at once within one kind (Argo CD runs a wave's tasks concurrently, at most
+/// `--kubectl-parallelism-limit` = 20 kubectl processes).
+const APPLY_CONCURRENCY: usize = 16;
+
+/// `group/kind` of an object, the unit whose applies may run concurrently.
+fn group_kind(obj: &Value) -> (String, String) {
+    let (group, _) = object::group_version(obj);
+    (group, object::kind(obj).to_string())
+}
+
 /// Executes `actions` in order; see the module doc.
 pub async fn execute(cluster: &ClusterHandle, owner: Owner<'_>, actions: &Actions) -> Outcome {
     let mut outcome = Outcome::default();
@@ -51,8 +62,21 @@ pub async fn execute(cluster: &ClusterHandle, owner: Owner<'_>, actions: &Action
     if outcome.deleted.values().any(Result::is_err) {
         return outcome;
     }
-    for a in &actions.apply {
-        outcome.applied.insert(a.id.clone(), apply(cluster, owner, a).await);
+    // Applies run concurrently within a run of consecutive objects of one kind: the planner's order
+    // (kind order, Namespaces and CRDs bubbled in front of their first dependent) is kept between
+    // kinds, and one round trip per object no longer adds up for large applications.
+    let mut rest = actions.apply.as_slice();
+    while let Some(first) = rest.first() {
+        let kind = group_kind(&first.object);
+        let n = rest.iter().take_while(|a| group_kind(&a.object) == kind).count();
+        let (group, tail) = rest.split_at(n);
+        let pending: Vec<_> = group.iter().map(|a| apply_tagged(cluster, owner, a)).collect();
+        let results: Vec<_> = futures::stream::iter(pending)
+            .buffer_unordered(APPLY_CONCURRENCY)
+            .collect()
+            .await;
+        outcome.applied.extend(results);
+        rest = tail;
     }
     let all_ok = outcome.applied.values().all(Result::is_ok);
     if all_ok {
@@ -61,6 +85,11 @@ pub async fn execute(cluster: &ClusterHandle, owner: Owner<'_>, actions: &Action
         }
     }
     outcome
+}
+
+/// [`apply`], with the action's id.
+async fn apply_tagged(cluster: &ClusterHandle, owner: Owner<'_>, a: &ApplyAction) -> (String, Result<String, String>) {
+    (a.id.clone(), apply(cluster, owner, a).await)
 }
 
 /// Applies one object (tracking metadata added when asked). Messages follow kubectl's

@@ -14,27 +14,25 @@
 //!
 //! Errors become [`Problem`]s with a stable reason; messages never carry credentials.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Secret;
-use kube::{Api, ResourceExt};
+use kube::ResourceExt;
 
 use super::status::Problem;
 use super::State;
 use crate::api::application::{ApplicationSource, ApplicationSourceType};
 use crate::api::{Application, Repository};
-use crate::controllers::notifier::{owner_key, repository_serves, url_key};
-use crate::controllers::repository::{eligible_templates, pick_template, sanitize};
+use crate::controllers::notifier::{owner_key, url_key};
+use crate::controllers::repository::sanitize;
+use crate::controllers::git_access::{credentials, fetch, matching_repository};
 use crate::controllers::Context;
-use crate::metrics::{repo_label, GIT_FETCH};
 use crate::render::{
     DirectoryOptions, HelmFileParameter, HelmOptions, HelmParameter, KustomizeOptions, KustomizePatch,
     KustomizeReplica, RenderOutput, RenderRequest, SourceOptions, Tool,
 };
-use crate::source::{Commit, Credentials, RepoUrl, Revision, SourceError};
+use crate::source::{Commit, RepoUrl, Revision, SourceError};
 
 /// A source at a resolved commit, checked out.
 #[derive(Clone, Debug)]
@@ -68,7 +66,9 @@ pub async fn resolve(
     let rev = Revision::parse(revision).map_err(|e| Problem::new("InvalidSpec", format!("targetRevision: {e}")))?;
     let repos = state.repositories();
     let repo = matching_repository(&repos, &source.repo_url, &ns, ctx.namespace());
-    let creds = credentials(ctx, &repos, repo.as_deref(), &ns, &url).await?;
+    let creds = credentials(ctx, &repos, repo.as_deref(), &ns, &url)
+        .await
+        .map_err(|e| Problem::new(e.category, e.message))?;
     let problem = |e: SourceError| Problem::new(e.category(), sanitize(&creds, &e.to_string()));
     let key = (url_key(&source.repo_url).unwrap_or_default(), rev.as_str().to_string());
     // After a failed network resolution, keep asking the network: a cached commit would report the
@@ -153,87 +153,6 @@ fn known_commit(
         .remembered(app)
         .filter(|r| &r.key == key && r.at.elapsed() < fresh_for)
         .map(|r| r.commit)
-}
-
-async fn fetch(ctx: &Context, url: &RepoUrl, creds: &Credentials, rev: &Revision) -> Result<(), SourceError> {
-    let started = Instant::now();
-    let fetched = tokio::time::timeout(ctx.settings.git_timeout, ctx.git.fetch(url, creds, rev))
-        .await
-        .unwrap_or_else(|_| Err(SourceError::Timeout(format!("{url}: fetch did not finish in time"))));
-    let failure = fetched.as_ref().err().map(SourceError::category);
-    let coalesced = fetched.as_ref().is_ok_and(|o| o.coalesced);
-    if !coalesced {
-        ctx.metrics
-            .observe_git(&repo_label(&url.to_string()), GIT_FETCH, started.elapsed(), failure);
-    }
-    fetched.map(|_| ())
-}
-
-/// The non-template Repository serving `repo_url` for an Application in `ns` (own namespace first).
-fn matching_repository(
-    repos: &[Arc<Repository>],
-    repo_url: &str,
-    ns: &str,
-    operator_ns: &str,
-) -> Option<Arc<Repository>> {
-    let key = url_key(repo_url)?;
-    let mut candidates: Vec<&Arc<Repository>> = repos
-        .iter()
-        .filter(|r| !r.spec.credential_template)
-        .filter(|r| repository_serves(&r.namespace().unwrap_or_default(), ns, operator_ns))
-        .filter(|r| url_key(&r.spec.url).as_deref() == Some(key.as_str()))
-        .collect();
-    candidates.sort_by_key(|r| (r.namespace().as_deref() != Some(ns), r.name_any()));
-    candidates.first().map(|r| Arc::clone(r))
-}
-
-/// Credentials: the Repository's Secret, else the best credential template's, else none.
-async fn credentials(
-    ctx: &Context,
-    repos: &[Arc<Repository>],
-    repo: Option<&Repository>,
-    ns: &str,
-    url: &RepoUrl,
-) -> Result<Credentials, Problem> {
-    let insecure = repo.is_some_and(|r| r.spec.insecure_skip_tls_verify);
-    if let Some(secret_ref) = repo.and_then(|r| r.spec.secret_ref.as_ref()) {
-        let repo_ns = repo.and_then(|r| r.namespace()).unwrap_or_default();
-        return read_secret(ctx, &repo_ns, &secret_ref.name, insecure).await;
-    }
-    let candidates = eligible_templates(repos, ns, ctx.namespace());
-    match pick_template(&candidates, url) {
-        Some(t) => {
-            let insecure = insecure || t.spec.insecure_skip_tls_verify;
-            match &t.spec.secret_ref {
-                Some(s) => read_secret(ctx, &t.namespace().unwrap_or_default(), &s.name, insecure).await,
-                None => Ok(Credentials {
-                    insecure_skip_tls_verify: insecure,
-                    ..Credentials::default()
-                }),
-            }
-        }
-        None => Ok(Credentials {
-            insecure_skip_tls_verify: insecure,
-            ..Credentials::default()
-        }),
-    }
-}
-
-async fn read_secret(ctx: &Context, ns: &str, name: &str, insecure: bool) -> Result<Credentials, Problem> {
-    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
-    match api.get_opt(name).await {
-        Ok(Some(secret)) => {
-            let data: BTreeMap<String, Vec<u8>> = secret
-                .data
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(k, v)| (k, v.0))
-                .collect();
-            Ok(Credentials::from_secret_data(&data, insecure))
-        }
-        Ok(None) => Err(Problem::new("NotFound", format!("Secret {ns}/{name} not found"))),
-        Err(_) => Err(Problem::new("Timeout", format!("Secret {ns}/{name} could not be read"))),
-    }
 }
 
 /// Renders `source` from `checkout` for `app` (`hard`: bypass the render cache).

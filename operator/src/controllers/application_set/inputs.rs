@@ -12,23 +12,22 @@
 //! (inside a matrix) are not known before generation: [`CheckoutTrees`] records what was asked for
 //! and missing, and the controller loads those and generates again (bounded rounds).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use k8s_openapi::api::core::v1::Secret;
-use kube::{Api, ResourceExt};
+use kube::ResourceExt;
 
 use crate::api::{Cluster, Repository};
 use crate::appset::{GitTree, GitTrees};
 use crate::controllers::notifier::{repository_serves, url_key};
-use crate::controllers::repository::{eligible_templates, pick_template, sanitize};
+use crate::controllers::repository::sanitize;
+use crate::controllers::git_access::{credentials, fetch, matching_repository};
 use crate::controllers::Context;
-use crate::metrics::{repo_label, GIT_FETCH};
 use crate::render::paths::{self, AbsolutePaths};
-use crate::source::{Commit, Credentials, RepoUrl, Revision, SourceError};
+use crate::source::{Commit, RepoUrl, Revision, SourceError};
 
 /// Most files and directories one checkout may hold for a Git generator.
 pub const MAX_ENTRIES: usize = 100_000;
@@ -225,7 +224,9 @@ pub async fn load_tree(
     let url = RepoUrl::parse(repo_url).map_err(|e| format!("repoURL: {e}"))?;
     let rev = Revision::parse(revision).map_err(|e| format!("revision: {e}"))?;
     let repo = matching_repository(repos, repo_url, namespace, ctx.namespace());
-    let creds = credentials(ctx, repos, repo.as_deref(), namespace, &url).await?;
+    let creds = credentials(ctx, repos, repo.as_deref(), namespace, &url)
+        .await
+        .map_err(|e| e.message)?;
     let clean = |e: SourceError| sanitize(&creds, &e.to_string());
     let key = (
         url_key(repo_url).unwrap_or_else(|| repo_url.to_owned()),
@@ -268,85 +269,6 @@ fn listed_commit(repo: Option<&Repository>, rev: &Revision) -> Option<String> {
         .map(|f| f.revision.clone())
 }
 
-async fn fetch(ctx: &Context, url: &RepoUrl, creds: &Credentials, rev: &Revision) -> Result<(), SourceError> {
-    let started = Instant::now();
-    let fetched = tokio::time::timeout(ctx.settings.git_timeout, ctx.git.fetch(url, creds, rev))
-        .await
-        .unwrap_or_else(|_| Err(SourceError::Timeout(format!("{url}: fetch did not finish in time"))));
-    let failure = fetched.as_ref().err().map(SourceError::category);
-    if !fetched.as_ref().is_ok_and(|o| o.coalesced) {
-        ctx.metrics
-            .observe_git(&repo_label(&url.to_string()), GIT_FETCH, started.elapsed(), failure);
-    }
-    fetched.map(|_| ())
-}
-
-/// The non-template Repository serving `repo_url` for a set in `ns` (own namespace first).
-fn matching_repository(
-    repos: &[Arc<Repository>],
-    repo_url: &str,
-    ns: &str,
-    operator_ns: &str,
-) -> Option<Arc<Repository>> {
-    let key = url_key(repo_url)?;
-    let mut candidates: Vec<&Arc<Repository>> = repos
-        .iter()
-        .filter(|r| !r.spec.credential_template)
-        .filter(|r| repository_serves(&r.namespace().unwrap_or_default(), ns, operator_ns))
-        .filter(|r| url_key(&r.spec.url).as_deref() == Some(key.as_str()))
-        .collect();
-    candidates.sort_by_key(|r| (r.namespace().as_deref() != Some(ns), r.name_any()));
-    candidates.first().map(|r| Arc::clone(r))
-}
-
-/// Credentials: the Repository's Secret, else the best credential template's, else none.
-async fn credentials(
-    ctx: &Context,
-    repos: &[Arc<Repository>],
-    repo: Option<&Repository>,
-    ns: &str,
-    url: &RepoUrl,
-) -> Result<Credentials, String> {
-    let insecure = repo.is_some_and(|r| r.spec.insecure_skip_tls_verify);
-    if let Some(secret_ref) = repo.and_then(|r| r.spec.secret_ref.as_ref()) {
-        let repo_ns = repo.and_then(|r| r.namespace()).unwrap_or_default();
-        return read_secret(ctx, &repo_ns, &secret_ref.name, insecure).await;
-    }
-    let candidates = eligible_templates(repos, ns, ctx.namespace());
-    match pick_template(&candidates, url) {
-        Some(t) => match &t.spec.secret_ref {
-            Some(s) => {
-                let insecure = insecure || t.spec.insecure_skip_tls_verify;
-                read_secret(ctx, &t.namespace().unwrap_or_default(), &s.name, insecure).await
-            }
-            None => Ok(Credentials {
-                insecure_skip_tls_verify: insecure || t.spec.insecure_skip_tls_verify,
-                ..Credentials::default()
-            }),
-        },
-        None => Ok(Credentials {
-            insecure_skip_tls_verify: insecure,
-            ..Credentials::default()
-        }),
-    }
-}
-
-async fn read_secret(ctx: &Context, ns: &str, name: &str, insecure: bool) -> Result<Credentials, String> {
-    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
-    match api.get_opt(name).await {
-        Ok(Some(secret)) => {
-            let data: BTreeMap<String, Vec<u8>> = secret
-                .data
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(k, v)| (k, v.0))
-                .collect();
-            Ok(Credentials::from_secret_data(&data, insecure))
-        }
-        Ok(None) => Err(format!("Secret {ns}/{name} not found")),
-        Err(_) => Err(format!("Secret {ns}/{name} could not be read")),
-    }
-}
 
 #[cfg(test)]
 mod tests {
