@@ -93,6 +93,15 @@ fn status_mib(pid: u32, key: &str) -> f64 {
         .map_or(0.0, |kib| kib / 1024.0)
 }
 
+/// `CAPSTAN_BENCH_BIN_DIR/<name>` when set (a private copy, safe from concurrent builds in a shared target
+/// directory), else the workspace binary next to this bench.
+fn binary(name: &str) -> PathBuf {
+    match std::env::var_os("CAPSTAN_BENCH_BIN_DIR") {
+        Some(dir) => PathBuf::from(dir).join(name),
+        None => workspace_binary(name),
+    }
+}
+
 fn pid_of(child: &Child) -> u32 {
     child.id().expect("the child is running")
 }
@@ -111,7 +120,7 @@ impl Cluster {
     async fn start() -> anyhow::Result<Cluster> {
         let dir = tempfile::Builder::new().prefix("capstan-bench-").tempdir()?;
         let kubeconfig = dir.path().join("kubeconfig");
-        let mut child = Command::new(workspace_binary("devcluster"))
+        let mut child = Command::new(binary("devcluster"))
             .args(["--listen", "127.0.0.1:0", "--kubeconfig-out"])
             .arg(&kubeconfig)
             .stdin(Stdio::null())
@@ -210,15 +219,14 @@ impl Operator {
         let cache = cluster.dir.path().join("capstan-cache");
         std::fs::create_dir_all(&cache)?;
         let out = std::fs::File::create(&log)?;
-        let child = Command::new(workspace_binary("capstan"))
+        let child = Command::new(binary("capstan"))
             .arg("run")
             .args(["--namespace", OPERATOR_NAMESPACE])
             .args(["--metrics-addr", &metrics.to_string()])
             .args(["--webhook-addr", &webhook.to_string()])
             .args(["--log-format", "text"])
-            .arg("--cache-dir")
-            .arg(&cache)
             .args(extra)
+            .env("CAPSTAN_CACHE_DIR", &cache)
             .env("KUBECONFIG", &cluster.kubeconfig)
             .env(
                 "RUST_LOG",
@@ -518,7 +526,10 @@ async fn p0(runs: usize, report: &mut Report) -> anyhow::Result<()> {
         }
         let repo = GitRepo::start("p0").await;
         for i in 0..OBJECTS {
-            repo.write(&format!("p0/cm-{i:03}.yaml"), &configmap_yaml(&format!("cm-{i:03}"), 1024, "v1"));
+            repo.write(
+                &format!("p0/cm-{i:03}.yaml"),
+                &configmap_yaml(&format!("cm-{i:03}"), 1024, "v1"),
+            );
         }
         let sha = repo.commit("500 ConfigMaps").await;
         let op = Operator::start(&cluster, &[]).await?;
@@ -549,14 +560,7 @@ async fn p0(runs: usize, report: &mut Report) -> anyhow::Result<()> {
         // Capstan: Application created → Synced, Healthy, operation Succeeded at the commit.
         cluster.clear_requests().await?;
         let (o0, d0, t0) = (op.cpu(), cpu_secs(cluster.pid()), Instant::now());
-        let app = application(
-            "p0",
-            "big",
-            &repo.url(),
-            "p0",
-            "p0-capstan",
-            automated(true, false),
-        );
+        let app = application("p0", "big", &repo.url(), "p0", "p0-capstan", automated(true, false));
         cluster.create(app).await?;
         let sha2 = sha.clone();
         wait_apps(&cluster, "p0", Duration::from_millis(50), "P0 synced", move |apps| {
@@ -691,9 +695,13 @@ async fn s2(runs: usize, report: &mut Report) -> anyhow::Result<()> {
             ])
             .await;
         annotate.push(t0.elapsed().as_secs_f64());
-        wait_apps(&cluster, "s2", Duration::from_millis(200), "S2 refresh handled", |apps| {
-            apps.len() == APPS && apps.iter().all(|a| settled(a) && !refresh_pending(a))
-        })
+        wait_apps(
+            &cluster,
+            "s2",
+            Duration::from_millis(200),
+            "S2 refresh handled",
+            |apps| apps.len() == APPS && apps.iter().all(|a| settled(a) && !refresh_pending(a)),
+        )
         .await?;
         walls.push(t0.elapsed().as_secs_f64());
         cpus.push(op.cpu() - o0);
@@ -701,7 +709,11 @@ async fn s2(runs: usize, report: &mut Report) -> anyhow::Result<()> {
         writes.push(Writes::of(&cluster.requests().await?));
         tokio::time::sleep(Duration::from_secs(5)).await;
     }
-    let w = writes.iter().max_by_key(|w| w.objects + w.app_status).cloned().unwrap_or_default();
+    let w = writes
+        .iter()
+        .max_by_key(|w| w.objects + w.app_status)
+        .cloned()
+        .unwrap_or_default();
     let m = median(&walls);
     report.rows.push(Row {
         scenario: "S2".into(),
@@ -741,7 +753,10 @@ async fn s3(runs: usize, report: &mut Report) -> anyhow::Result<()> {
         cluster.namespace("s3").await;
         cluster.namespace("s3-dest").await;
         let repo = GitRepo::start("s3").await;
-        repo.write("s3/apps/placeholder.yaml", &configmap_yaml("root-placeholder", 16, "v1"));
+        repo.write(
+            "s3/apps/placeholder.yaml",
+            &configmap_yaml("root-placeholder", 16, "v1"),
+        );
         repo.commit("root").await;
         let op = Operator::start(&cluster, &[]).await?;
         let root = app_yaml("s3", "root", &repo.url(), "s3/apps", "s3");
@@ -753,7 +768,13 @@ async fn s3(runs: usize, report: &mut Report) -> anyhow::Result<()> {
         for a in 0..APPS {
             repo.write(
                 &format!("s3/apps/app-{a:04}.yaml"),
-                &app_yaml("s3", &format!("app-{a:04}"), &repo.url(), &format!("s3/cms/{a:04}"), "s3-dest"),
+                &app_yaml(
+                    "s3",
+                    &format!("app-{a:04}"),
+                    &repo.url(),
+                    &format!("s3/cms/{a:04}"),
+                    "s3-dest",
+                ),
             );
             repo.write(
                 &format!("s3/cms/{a:04}/cm.yaml"),
@@ -902,20 +923,13 @@ async fn s6(report: &mut Report) -> anyhow::Result<()> {
     }
     let cpu = op.cpu() - o0;
     let span = t_all.elapsed().as_secs_f64();
-    for (what, xs) in [
-        ("50 edits (merge patch of `data`)", &edits),
-        ("50 deletions", &deletes),
-    ] {
+    for (what, xs) in [("50 edits (merge patch of `data`)", &edits), ("50 deletions", &deletes)] {
         let p50 = median(xs);
         report.rows.push(Row {
             scenario: "S6".into(),
             measure: format!("self-heal latency, {what}: change sent → live object equals Git again"),
             value: format!("p50 {}", secs(p50)),
-            spread: format!(
-                "p90 {}, max {}",
-                secs(percentile(xs, 0.9)),
-                secs(max(xs))
-            ),
+            spread: format!("p90 {}, max {}", secs(percentile(xs, 0.9)), secs(max(xs))),
             cpu: format!("{cpu:.2} s for all 100 ({span:.0} s)"),
             rss: format!("{:.0} MiB", op.hwm()),
             writes: "—".into(),
@@ -1019,7 +1033,9 @@ async fn s4(report: &mut Report) -> anyhow::Result<()> {
     let patch = json!({"spec": {"pollInterval": "10s"}});
     let repos: Api<DynamicObject> =
         Api::namespaced_with(cluster.client.clone(), OPERATOR_NAMESPACE, &resource("Repository"));
-    repos.patch("s4", &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    repos
+        .patch("s4", &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
     tokio::time::sleep(Duration::from_secs(12)).await;
     eprintln!("operator bench S4: {POLL_COMMITS} commits found by a 10 s poll");
     let o0 = op.cpu();
@@ -1101,7 +1117,8 @@ fn render(report: &Report, runs: usize, loads: &BTreeMap<String, String>, failur
             .collect::<Vec<_>>()
             .join(", ")
     );
-    out += "| scenario | what is measured | median | spread | operator CPU | operator peak RSS | operator API writes | \
+    out +=
+        "| scenario | what is measured | median | spread | operator CPU | operator peak RSS | operator API writes | \
             target | verdict |\n|---|---|---|---|---|---|---|---|---|\n";
     for r in &report.rows {
         out += &format!(
