@@ -24,9 +24,9 @@ use super::status::Problem;
 use super::State;
 use crate::api::application::{ApplicationSource, ApplicationSourceType};
 use crate::api::{Application, Repository};
+use crate::controllers::git_access::{credentials, fetch, matching_repository};
 use crate::controllers::notifier::{owner_key, url_key};
 use crate::controllers::repository::sanitize;
-use crate::controllers::git_access::{credentials, fetch, matching_repository};
 use crate::controllers::Context;
 use crate::render::{
     DirectoryOptions, HelmFileParameter, HelmOptions, HelmParameter, KustomizeOptions, KustomizePatch,

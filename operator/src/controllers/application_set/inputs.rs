@@ -22,9 +22,9 @@ use kube::ResourceExt;
 
 use crate::api::{Cluster, Repository};
 use crate::appset::{GitTree, GitTrees};
+use crate::controllers::git_access::{credentials, fetch, matching_repository};
 use crate::controllers::notifier::{repository_serves, url_key};
 use crate::controllers::repository::sanitize;
-use crate::controllers::git_access::{credentials, fetch, matching_repository};
 use crate::controllers::Context;
 use crate::render::paths::{self, AbsolutePaths};
 use crate::source::{Commit, RepoUrl, Revision, SourceError};
@@ -268,7 +268,6 @@ fn listed_commit(repo: Option<&Repository>, rev: &Revision) -> Option<String> {
         .and_then(|s| s.last_fetched_revision.iter().find(|f| f.ref_ == rev.as_str()))
         .map(|f| f.revision.clone())
 }
-
 
 #[cfg(test)]
 mod tests {
