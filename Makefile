@@ -40,6 +40,7 @@ bench: ## benchmarks, release profile (figures go to docs/benchmarks.md)
 	$(CARGO) build --release --bins
 	$(CARGO) bench -p capstan-e2e --bench devcluster
 	$(CARGO) bench -p capstan --bench source_render
+	$(CARGO) bench -p capstan --bench appset
 	$(CARGO) bench -p capstan-e2e --bench operator
 
 demo: ## the whole GitOps loop on the embedded devcluster, live (DEMO_ONESHOT=1: exit once Synced and Healthy)
