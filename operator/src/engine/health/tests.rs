@@ -275,15 +275,6 @@ const CASES: &[(&str, Option<HealthStatusCode>, &str)] = &[
     ("configmap-deleting.yaml", Some(Progressing), "Pending deletion"),
 ];
 
-/// Prints what every fixture assesses to (`cargo test -- --ignored --nocapture print_fixtures`).
-#[test]
-#[ignore]
-fn print_fixtures() {
-    for (file, _, _) in CASES {
-        println!("{file}: {:?}", assess(&fixture(file)));
-    }
-}
-
 #[test]
 fn fixtures() {
     let mut failures = Vec::new();
