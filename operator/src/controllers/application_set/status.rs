@@ -6,7 +6,7 @@
 //! A failure keeps what the last good reconcile reported about the Applications (they were not
 //! touched), only the conditions change.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::api::application_set::{ApplicationSetApplicationStatus, ApplicationSetResource, ApplicationSetStatus};
 use crate::api::conditions::{
@@ -71,6 +71,31 @@ pub struct Observed<'a> {
     pub now: &'a Time,
 }
 
+/// Conditions when parameters were generated but the Applications could not be written (an invalid
+/// generated set, or a failed create/update/delete).
+fn not_applied(conds: &mut Vec<Condition>, reason: &str, message: &str, gen: Option<i64>, now: &Time) {
+    set_condition(conds, CONDITION_ERROR_OCCURRED, STATUS_TRUE, reason, message, gen, now);
+    set_condition(
+        conds,
+        CONDITION_PARAMETERS_GENERATED,
+        STATUS_TRUE,
+        REASON_PARAMETERS_GENERATED,
+        "Successfully generated parameters for all Applications",
+        gen,
+        now,
+    );
+    set_condition(
+        conds,
+        CONDITION_RESOURCES_UP_TO_DATE,
+        STATUS_FALSE,
+        reason,
+        message,
+        gen,
+        now,
+    );
+    set_condition(conds, CONDITION_READY, STATUS_FALSE, reason, message, gen, now);
+}
+
 /// The new status.
 pub fn compute(old: Option<&ApplicationSetStatus>, o: &Observed<'_>) -> ApplicationSetStatus {
     let mut status = old.cloned().unwrap_or_default();
@@ -100,51 +125,8 @@ pub fn compute(old: Option<&ApplicationSetStatus>, o: &Observed<'_>) -> Applicat
             );
             set_condition(conds, CONDITION_READY, STATUS_FALSE, reason, message, gen, now);
         }
-        Outcome::Invalid { reason, message } => {
-            set_condition(conds, CONDITION_ERROR_OCCURRED, STATUS_TRUE, reason, message, gen, now);
-            set_condition(
-                conds,
-                CONDITION_PARAMETERS_GENERATED,
-                STATUS_TRUE,
-                REASON_PARAMETERS_GENERATED,
-                "Successfully generated parameters for all Applications",
-                gen,
-                now,
-            );
-            set_condition(
-                conds,
-                CONDITION_RESOURCES_UP_TO_DATE,
-                STATUS_FALSE,
-                reason,
-                message,
-                gen,
-                now,
-            );
-            set_condition(conds, CONDITION_READY, STATUS_FALSE, reason, message, gen, now);
-        }
-        Outcome::ApplyFailed { message } => {
-            let reason = REASON_CREATE_APPLICATION_ERROR;
-            set_condition(conds, CONDITION_ERROR_OCCURRED, STATUS_TRUE, reason, message, gen, now);
-            set_condition(
-                conds,
-                CONDITION_PARAMETERS_GENERATED,
-                STATUS_TRUE,
-                REASON_PARAMETERS_GENERATED,
-                "Successfully generated parameters for all Applications",
-                gen,
-                now,
-            );
-            set_condition(
-                conds,
-                CONDITION_RESOURCES_UP_TO_DATE,
-                STATUS_FALSE,
-                reason,
-                message,
-                gen,
-                now,
-            );
-            set_condition(conds, CONDITION_READY, STATUS_FALSE, reason, message, gen, now);
-        }
+        Outcome::Invalid { reason, message } => not_applied(conds, reason, message, gen, now),
+        Outcome::ApplyFailed { message } => not_applied(conds, REASON_CREATE_APPLICATION_ERROR, message, gen, now),
         Outcome::UpToDate => {
             let reason = REASON_APPLICATION_SET_UP_TO_DATE;
             set_condition(
