@@ -43,7 +43,57 @@ pub fn matching_repository(
     candidates.first().map(|r| Arc::clone(r))
 }
 
-/// Credentials: the Repository's Secret, else the best credential template's, else none.
+/// Where a connection's settings come from (decided without I/O): the Secret to read, and the
+/// `insecureSkipTLSVerify` and `proxy` that apply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ConnectionPlan {
+    /// Namespace, name, and how to name the Secret in an error.
+    secret: Option<(String, String, String)>,
+    insecure: bool,
+    proxy: Option<String>,
+}
+
+/// The Repository's Secret, else the best credential template's, else none. `insecureSkipTLSVerify` holds
+/// if either says so; the Repository's own `proxy` wins over the template's.
+fn connection_plan(
+    repos: &[Arc<Repository>],
+    repo: Option<&Repository>,
+    ns: &str,
+    operator_ns: &str,
+    url: &RepoUrl,
+) -> ConnectionPlan {
+    let insecure = repo.is_some_and(|r| r.spec.insecure_skip_tls_verify);
+    let proxy = repo.and_then(|r| r.spec.proxy.clone());
+    if let Some(secret_ref) = repo.and_then(|r| r.spec.secret_ref.as_ref()) {
+        let repo_ns = repo.and_then(|r| r.namespace()).unwrap_or_default();
+        return ConnectionPlan {
+            secret: Some((repo_ns, secret_ref.name.clone(), "Secret".into())),
+            insecure,
+            proxy,
+        };
+    }
+    let candidates = eligible_templates(repos, ns, operator_ns);
+    let Some(template) = pick_template(&candidates, url) else {
+        return ConnectionPlan {
+            secret: None,
+            insecure,
+            proxy,
+        };
+    };
+    let template_ns = template.namespace().unwrap_or_default();
+    let what = format!("Secret of credential template {template_ns}/{}:", template.name_any());
+    ConnectionPlan {
+        secret: template
+            .spec
+            .secret_ref
+            .as_ref()
+            .map(|s| (template_ns, s.name.clone(), what)),
+        insecure: insecure || template.spec.insecure_skip_tls_verify,
+        proxy: proxy.or_else(|| template.spec.proxy.clone()),
+    }
+}
+
+/// Credentials and connection settings for `url`, as [`connection_plan`] decides.
 pub async fn credentials(
     ctx: &Context,
     repos: &[Arc<Repository>],
@@ -51,29 +101,17 @@ pub async fn credentials(
     ns: &str,
     url: &RepoUrl,
 ) -> Result<Credentials, CredentialError> {
-    let insecure = repo.is_some_and(|r| r.spec.insecure_skip_tls_verify);
-    if let Some(secret_ref) = repo.and_then(|r| r.spec.secret_ref.as_ref()) {
-        let repo_ns = repo.and_then(|r| r.namespace()).unwrap_or_default();
-        return read_secret(ctx, &repo_ns, &secret_ref.name, insecure).await;
-    }
-    let candidates = eligible_templates(repos, ns, ctx.namespace());
-    let Some(template) = pick_template(&candidates, url) else {
-        return Ok(Credentials {
-            insecure_skip_tls_verify: insecure,
-            ..Credentials::default()
-        });
+    let plan = connection_plan(repos, repo, ns, ctx.namespace(), url);
+    let mut creds = match &plan.secret {
+        Some((secret_ns, name, what)) => read_secret(ctx, secret_ns, name, what).await?,
+        None => Credentials::default(),
     };
-    let insecure = insecure || template.spec.insecure_skip_tls_verify;
-    match &template.spec.secret_ref {
-        Some(s) => read_secret(ctx, &template.namespace().unwrap_or_default(), &s.name, insecure).await,
-        None => Ok(Credentials {
-            insecure_skip_tls_verify: insecure,
-            ..Credentials::default()
-        }),
-    }
+    creds.insecure_skip_tls_verify = plan.insecure;
+    creds.proxy = plan.proxy;
+    Ok(creds)
 }
 
-async fn read_secret(ctx: &Context, ns: &str, name: &str, insecure: bool) -> Result<Credentials, CredentialError> {
+async fn read_secret(ctx: &Context, ns: &str, name: &str, what: &str) -> Result<Credentials, CredentialError> {
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
     match api.get_opt(name).await {
         Ok(Some(secret)) => {
@@ -83,15 +121,15 @@ async fn read_secret(ctx: &Context, ns: &str, name: &str, insecure: bool) -> Res
                 .into_iter()
                 .map(|(k, v)| (k, v.0))
                 .collect();
-            Ok(Credentials::from_secret_data(&data, insecure))
+            Ok(Credentials::from_secret_data(&data, false))
         }
         Ok(None) => Err(CredentialError {
             category: "NotFound",
-            message: format!("Secret {ns}/{name} not found"),
+            message: format!("{what} {name} not found in namespace {ns}"),
         }),
         Err(_) => Err(CredentialError {
             category: "Timeout",
-            message: format!("Secret {ns}/{name} could not be read"),
+            message: format!("{what} {name} in namespace {ns} could not be read"),
         }),
     }
 }
@@ -109,4 +147,83 @@ pub async fn fetch(ctx: &Context, url: &RepoUrl, creds: &Credentials, rev: &Revi
             .observe_git(&repo_label(&url.to_string()), GIT_FETCH, started.elapsed(), failure);
     }
     fetched.map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{LocalObjectReference, RepositorySpec};
+    use kube::api::ObjectMeta;
+
+    fn repo(ns: &str, name: &str, spec: RepositorySpec) -> Arc<Repository> {
+        Arc::new(Repository {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some(ns.into()),
+                ..ObjectMeta::default()
+            },
+            spec,
+            status: None,
+        })
+    }
+
+    #[test]
+    fn connection_plan_merges_repository_and_template_settings() {
+        let op = "capstan-system";
+        let url = RepoUrl::parse("https://git.example.com/org/app").unwrap();
+        let template = repo(
+            op,
+            "org",
+            RepositorySpec {
+                url: "https://git.example.com/org".into(),
+                credential_template: true,
+                secret_ref: Some(LocalObjectReference {
+                    name: "org-creds".into(),
+                }),
+                insecure_skip_tls_verify: true,
+                proxy: Some("http://proxy.example:3128".into()),
+                ..RepositorySpec::default()
+            },
+        );
+        let all = vec![template];
+        let own = repo(
+            "team",
+            "app",
+            RepositorySpec {
+                url: url.to_string(),
+                proxy: Some("http://team-proxy:8080".into()),
+                ..RepositorySpec::default()
+            },
+        );
+        // No Secret of its own: the template's Secret and insecure flag; its own proxy wins.
+        let plan = connection_plan(&all, Some(&own), "team", op, &url);
+        assert_eq!(
+            plan.secret.as_ref().map(|s| (s.0.as_str(), s.1.as_str())),
+            Some((op, "org-creds"))
+        );
+        assert!(plan.insecure);
+        assert_eq!(plan.proxy.as_deref(), Some("http://team-proxy:8080"));
+        // No Repository at all: everything from the template.
+        let plan = connection_plan(&all, None, "team", op, &url);
+        assert_eq!(plan.proxy.as_deref(), Some("http://proxy.example:3128"));
+        // Its own Secret: the template is not consulted.
+        let with_secret = repo(
+            "team",
+            "app",
+            RepositorySpec {
+                url: url.to_string(),
+                secret_ref: Some(LocalObjectReference { name: "own".into() }),
+                ..RepositorySpec::default()
+            },
+        );
+        let plan = connection_plan(&all, Some(&with_secret), "team", op, &url);
+        assert_eq!(
+            plan,
+            ConnectionPlan {
+                secret: Some(("team".into(), "own".into(), "Secret".into())),
+                insecure: false,
+                proxy: None,
+            }
+        );
+    }
 }

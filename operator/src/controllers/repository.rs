@@ -43,8 +43,7 @@ use super::notifier::{repository_serves, url_key, RevisionChange, HEAD};
 use super::status::{self, find_condition, remove_condition, set_condition, truncate, MAX_MESSAGE_LEN};
 use super::{instrumented, parse_duration, Context, Shutdown};
 use crate::api::conditions::{
-    CONDITION_READY, CONDITION_STALLED, REASON_INVALID_SPEC, REASON_NOT_FOUND, REASON_SUCCEEDED, STATUS_FALSE,
-    STATUS_TRUE,
+    CONDITION_READY, CONDITION_STALLED, REASON_INVALID_SPEC, REASON_SUCCEEDED, STATUS_FALSE, STATUS_TRUE,
 };
 use crate::api::repository::{FetchedRevision, RepositoryStatus, VerificationMode};
 use crate::api::Repository;
@@ -579,7 +578,7 @@ async fn finish(
     Ok(())
 }
 
-/// Credentials for `repo`: its Secret, else the best credential template's Secret, else none.
+/// Credentials for `repo` (see [`crate::controllers::git_access::credentials`]); a Secret that cannot be read is a dependency.
 async fn resolve_credentials(
     ctx: &Context,
     state: &State,
@@ -587,50 +586,14 @@ async fn resolve_credentials(
     ns: &str,
     url: &RepoUrl,
 ) -> Result<Credentials, Error> {
-    let insecure = repo.spec.insecure_skip_tls_verify;
-    if let Some(secret_ref) = &repo.spec.secret_ref {
-        return read_secret(ctx, ns, &secret_ref.name, insecure, "Secret").await;
-    }
     let all = state.store.get().map(|s| s.state()).unwrap_or_default();
-    let candidates = eligible_templates(&all, ns, ctx.namespace());
-    let Some(template) = pick_template(&candidates, url) else {
-        return Ok(Credentials {
-            insecure_skip_tls_verify: insecure,
-            ..Credentials::default()
-        });
-    };
-    let insecure = insecure || template.spec.insecure_skip_tls_verify;
-    match &template.spec.secret_ref {
-        Some(secret_ref) => {
-            let template_ns = template.namespace().unwrap_or_default();
-            let what = format!("Secret of credential template {template_ns}/{}:", template.name_any());
-            read_secret(ctx, &template_ns, &secret_ref.name, insecure, &what).await
-        }
-        None => Ok(Credentials {
-            insecure_skip_tls_verify: insecure,
-            ..Credentials::default()
-        }),
-    }
-}
-
-async fn read_secret(ctx: &Context, ns: &str, name: &str, insecure: bool, what: &str) -> Result<Credentials, Error> {
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
-    match secrets.get_opt(name).await? {
-        Some(secret) => {
-            let data: BTreeMap<String, Vec<u8>> = secret
-                .data
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(k, v)| (k, v.0))
-                .collect();
-            Ok(Credentials::from_secret_data(&data, insecure))
-        }
-        None => Err(Error::Dependency {
-            category: REASON_NOT_FOUND,
-            message: format!("{what} {name} not found in namespace {ns}"),
+    crate::controllers::git_access::credentials(ctx, &all, Some(repo), ns, url)
+        .await
+        .map_err(|e| Error::Dependency {
+            category: e.category,
+            message: e.message,
             retry_after: FALLBACK_POLL,
-        }),
-    }
+        })
 }
 
 /// Lists the remote, resolves the tracked refs and verifies them when asked.

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use super::url::RepoUrl;
+use super::url::{strip_userinfo_and_query, RepoUrl};
 
 /// Credentials from a Repository's Secret. Field names follow the Secret keys.
 #[derive(Clone, Default, PartialEq, Eq)]
@@ -26,12 +26,14 @@ pub struct Credentials {
     pub known_hosts: Option<String>,
     /// PEM CA bundle that the HTTPS server certificate must chain to.
     pub ca_cert: Option<String>,
-    /// PEM client certificate (not supported by libgit2; refused with a clear error).
+    /// PEM client certificate (chain) presented to HTTPS servers that ask for one.
     pub tls_client_cert: Option<String>,
-    /// PEM client key (see `tls_client_cert`).
+    /// PEM private key of `tls_client_cert`.
     pub tls_client_key: Option<String>,
     /// Accept any server certificate (the Repository's `insecureSkipTLSVerify`).
     pub insecure_skip_tls_verify: bool,
+    /// HTTP(S) proxy for HTTP(S) remotes (the Repository's `proxy`; not from the Secret).
+    pub proxy: Option<String>,
 }
 
 impl fmt::Debug for Credentials {
@@ -48,6 +50,7 @@ impl fmt::Debug for Credentials {
             .field("tls_client_cert", &self.tls_client_cert.is_some())
             .field("tls_client_key", &shown(&self.tls_client_key))
             .field("insecure_skip_tls_verify", &self.insecure_skip_tls_verify)
+            .field("proxy", &self.proxy.as_deref().map(strip_userinfo_and_query))
             .finish()
     }
 }
@@ -72,6 +75,7 @@ impl Credentials {
             tls_client_cert: get("tlsClientCert"),
             tls_client_key: get("tlsClientKey"),
             insecure_skip_tls_verify,
+            proxy: None,
         }
     }
 

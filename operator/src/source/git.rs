@@ -10,12 +10,12 @@
 //!    libgit2 is stuck where no callback runs; the blocking thread then ends at layer 1 and only then
 //!    releases the per-URL lock it owns.
 //!
-//! # Why `Remote::download` for bearer tokens
-//! `Remote::connect_auth` cannot send custom HTTP headers, and libgit2 has no bearer credential
-//! type. `download` connects with the fetch options' headers and does not disconnect, so refs can
-//! be listed afterwards; with a refspec that matches nothing, no object is transferred.
+//! # HTTP(S)
+//! `http://` and `https://` go through [`super::http`], a smart-HTTP transport over rustls that
+//! presents client certificates, honours the Repository's proxy and sends bearer tokens; each
+//! network call below runs inside that module's per-thread scope (see [`Session`]).
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -26,6 +26,7 @@ use git2::{
 };
 
 use super::cache::{io_err, open_or_init_bare, Cache};
+use super::http::{self, HttpFailure, HttpLimits, HttpSettings};
 use super::known_hosts::{self, HostKeyCheck, KnownHost};
 use super::url::{strip_userinfo_and_query, RepoUrl, Transport};
 use super::{
@@ -37,8 +38,6 @@ use super::{
 const REMOTE_HEAD_REF: &str = "refs/capstan/remote-head";
 /// Refspecs of a mirror fetch: every branch and tag, so one fetch serves every Application.
 const MIRROR_REFSPECS: [&str; 2] = ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"];
-/// A refspec no server advertises: connects and lists refs without transferring objects.
-const LIST_ONLY_REFSPEC: &str = "refs/capstan-ls-remote-only/none:refs/capstan-ls-remote-only/none";
 /// libgit2's "deepen to full history" depth (`GIT_FETCH_DEPTH_UNSHALLOW`).
 const DEPTH_UNSHALLOW: i32 = i32::MAX;
 /// Longest libgit2 message we keep (status messages stay small).
@@ -102,6 +101,7 @@ impl Git2Source {
     /// A source caching under `root` (see [`Cache`] for the layout).
     pub fn new(root: impl Into<PathBuf>, config: GitConfig) -> Self {
         install_global_timeouts(&config);
+        http::register();
         Git2Source {
             cache: Arc::new(Cache::new(root)),
             config: Arc::new(config),
@@ -150,11 +150,8 @@ impl GitSource for Git2Source {
         Box::pin(async move {
             let deadline = self.deadline();
             let (u, c, cfg) = (url.clone(), creds.clone(), self.config.clone());
-            let repo_dir = self.cache.repo_dir(url);
-            self.run_blocking(url, deadline, move || {
-                ls_remote_blocking(&repo_dir, &u, &c, &cfg, deadline)
-            })
-            .await
+            self.run_blocking(url, deadline, move || ls_remote_blocking(&u, &c, &cfg, deadline))
+                .await
         })
     }
 
@@ -235,7 +232,6 @@ struct Observed {
     timed_out: Cell<bool>,
     too_large: Cell<bool>,
     host_key: Cell<Option<HostKeyCheck>>,
-    tls_problem: RefCell<Option<String>>,
     auth_rejected: Cell<bool>,
     no_credentials: Cell<bool>,
 }
@@ -248,6 +244,8 @@ struct Session<'a> {
     deadline: Instant,
     max_bytes: usize,
     observed: Observed,
+    /// HTTP(S) only: the transport's settings, installed for this thread while the session lives.
+    http: Option<(Arc<HttpSettings>, http::Scope)>,
 }
 
 impl<'a> Session<'a> {
@@ -257,7 +255,11 @@ impl<'a> Session<'a> {
         config: &GitConfig,
         deadline: Instant,
     ) -> Result<Self, SourceError> {
-        check_supported(url, creds)?;
+        check_supported(creds)?;
+        let http = match url.transport() {
+            Transport::Https | Transport::Http => Some(http_scope(url, creds, config, deadline)?),
+            _ => None,
+        };
         let kh = creds
             .known_hosts
             .as_deref()
@@ -270,6 +272,7 @@ impl<'a> Session<'a> {
             deadline,
             max_bytes: config.max_fetch_bytes,
             observed: Observed::default(),
+            http,
         })
     }
 
@@ -346,7 +349,7 @@ impl<'a> Session<'a> {
     fn check_certificate(
         &self,
         cert: &git2::cert::Cert<'_>,
-        host: &str,
+        _host: &str,
     ) -> Result<CertificateCheckStatus, git2::Error> {
         if let Some(hostkey) = cert.as_hostkey() {
             let port = self.url.port().unwrap_or(22);
@@ -364,37 +367,17 @@ impl<'a> Session<'a> {
                 "host key not trusted",
             ));
         }
-        if self.creds.insecure_skip_tls_verify {
-            return Ok(CertificateCheckStatus::CertificateOk);
-        }
-        let (Some(ca), Some(x509)) = (self.creds.ca_cert.as_deref(), cert.as_x509()) else {
-            return Ok(CertificateCheckStatus::CertificatePassthrough);
-        };
-        match verify_with_ca(x509.data(), host, ca) {
-            Ok(()) => Ok(CertificateCheckStatus::CertificateOk),
-            Err(why) => {
-                *self.observed.tls_problem.borrow_mut() = Some(why);
-                Err(git2::Error::new(
-                    git2::ErrorCode::Certificate,
-                    git2::ErrorClass::Ssl,
-                    "certificate not trusted",
-                ))
-            }
-        }
+        // HTTPS certificates are checked by rustls in `http`; nothing else presents one.
+        Ok(CertificateCheckStatus::CertificatePassthrough)
     }
 
-    /// Fetch options with callbacks, bearer header and depth.
+    /// Fetch options with callbacks and depth.
     fn fetch_options(&self, depth: i32) -> FetchOptions<'_> {
         let mut fo = FetchOptions::new();
         fo.remote_callbacks(self.callbacks());
         fo.download_tags(AutotagOption::None);
         fo.prune(FetchPrune::On);
         fo.depth(depth);
-        if let Some(token) = self.creds.bearer_token.as_deref() {
-            if matches!(self.url.transport(), Transport::Https | Transport::Http) {
-                fo.custom_headers(&[&format!("Authorization: Bearer {token}")]);
-            }
-        }
         fo
     }
 
@@ -405,6 +388,9 @@ impl<'a> Session<'a> {
         let obs = &self.observed;
         if obs.timed_out.get() || e.code() == git2::ErrorCode::Timeout {
             return SourceError::Timeout(format!("{url}: {msg}"));
+        }
+        if let Some(failure) = self.http.as_ref().and_then(|(h, _)| h.failure()) {
+            return self.map_http_failure(failure);
         }
         if obs.too_large.get() {
             return SourceError::InvalidInput(format!("{url}: fetch exceeds {} bytes", self.max_bytes));
@@ -417,9 +403,6 @@ impl<'a> Session<'a> {
                 _ => "host not in known_hosts",
             };
             return SourceError::HostKeyUnknown(format!("{url}: {why}"));
-        }
-        if let Some(why) = obs.tls_problem.borrow().as_deref() {
-            return SourceError::TlsError(format!("{url}: server certificate not trusted by caCert: {why}"));
         }
         if obs.no_credentials.get() {
             return SourceError::AuthenticationFailed(format!(
@@ -434,6 +417,32 @@ impl<'a> Session<'a> {
                 SourceError::AuthenticationFailed(format!("bearer token rejected: {m}"))
             }
             other => other,
+        }
+    }
+
+    /// The HTTP transport's own verdict, sanitised like any libgit2 message.
+    fn map_http_failure(&self, failure: HttpFailure) -> SourceError {
+        let url = self.url;
+        match failure {
+            HttpFailure::Unauthorized {
+                credentials_sent: false,
+                status,
+            } => SourceError::AuthenticationFailed(format!(
+                "{url}: server requires credentials (HTTP {status}) and none are configured"
+            )),
+            HttpFailure::Unauthorized { status, .. } if self.creds.bearer_token.is_some() => {
+                SourceError::AuthenticationFailed(format!("{url}: bearer token rejected (HTTP {status})"))
+            }
+            HttpFailure::Unauthorized { status, .. } => {
+                SourceError::AuthenticationFailed(format!("{url}: credentials rejected (HTTP {status})"))
+            }
+            HttpFailure::NotFound(m) => SourceError::NotFound(self.clean(&m)),
+            HttpFailure::Tls(m) => SourceError::TlsError(self.clean(&m)),
+            HttpFailure::Timeout(m) => SourceError::Timeout(self.clean(&m)),
+            HttpFailure::TooLarge(_) => {
+                SourceError::InvalidInput(format!("{url}: fetch exceeds {} bytes", self.max_bytes))
+            }
+            HttpFailure::Other(m) => SourceError::Internal(self.clean(&m)),
         }
     }
 
@@ -487,14 +496,8 @@ fn classify(e: &git2::Error, msg: String) -> SourceError {
     SourceError::Internal(msg)
 }
 
-/// Settings libgit2 cannot honour are refused up front with a clear message.
-fn check_supported(url: &RepoUrl, creds: &Credentials) -> Result<(), SourceError> {
-    let https = matches!(url.transport(), Transport::Https | Transport::Http);
-    if https && (creds.tls_client_cert.is_some() || creds.tls_client_key.is_some()) {
-        return Err(SourceError::TlsError(format!(
-            "{url}: TLS client certificates (tlsClientCert/tlsClientKey) are not supported by libgit2's HTTPS transport"
-        )));
-    }
+/// Settings that cannot be used are refused up front with a clear message.
+fn check_supported(creds: &Credentials) -> Result<(), SourceError> {
     if let Some(token) = creds.bearer_token.as_deref() {
         if token.chars().any(|c| c.is_control()) {
             return Err(SourceError::InvalidInput(
@@ -505,49 +508,30 @@ fn check_supported(url: &RepoUrl, creds: &Credentials) -> Result<(), SourceError
     Ok(())
 }
 
-/// Verifies a DER server certificate against a PEM CA bundle and the host name with OpenSSL.
-/// libgit2 only hands over the leaf, so intermediates must be part of the bundle.
-fn verify_with_ca(der: &[u8], host: &str, ca_pem: &str) -> Result<(), String> {
-    use openssl::stack::Stack;
-    use openssl::x509::store::X509StoreBuilder;
-    use openssl::x509::verify::X509VerifyParam;
-    use openssl::x509::{X509StoreContext, X509};
-
-    let leaf = X509::from_der(der).map_err(|_| "unparsable server certificate".to_string())?;
-    let cas = X509::stack_from_pem(ca_pem.as_bytes()).map_err(|_| "caCert is not PEM".to_string())?;
-    if cas.is_empty() {
-        return Err("caCert holds no certificate".into());
-    }
-    let err = |_| "OpenSSL setup failed".to_string();
-    let mut builder = X509StoreBuilder::new().map_err(err)?;
-    for ca in cas {
-        builder.add_cert(ca).map_err(err)?;
-    }
-    let mut param = X509VerifyParam::new().map_err(err)?;
-    let bare_host = host.trim_start_matches('[').trim_end_matches(']');
-    match bare_host.parse::<std::net::IpAddr>() {
-        Ok(ip) => param.set_ip(ip).map_err(err)?,
-        Err(_) => param.set_host(bare_host).map_err(err)?,
-    }
-    builder.set_param(&param).map_err(err)?;
-    let store = builder.build();
-    let chain = Stack::new().map_err(err)?;
-    let mut ctx = X509StoreContext::new().map_err(err)?;
-    // The outer Result is OpenSSL failing to run; the inner one is the verification verdict.
-    ctx.init(&store, &leaf, &chain, |c| {
-        Ok(if c.verify_cert()? {
-            Ok(())
-        } else {
-            Err(c.error().to_string())
-        })
-    })
-    .map_err(err)?
+/// Builds the HTTP transport's settings for one operation and installs them on this thread.
+fn http_scope(
+    url: &RepoUrl,
+    creds: &Credentials,
+    config: &GitConfig,
+    deadline: Instant,
+) -> Result<(Arc<HttpSettings>, http::Scope), SourceError> {
+    let limits = HttpLimits {
+        connect_timeout: config.connect_timeout,
+        io_timeout: config.io_timeout,
+        deadline,
+        max_response_bytes: u64::try_from(config.max_fetch_bytes).unwrap_or(u64::MAX),
+    };
+    let settings = HttpSettings::new(creds, creds.proxy.as_deref(), limits).map_err(|f| match f {
+        HttpFailure::Tls(m) => SourceError::TlsError(format!("{url}: {m}")),
+        other => SourceError::InvalidInput(format!("{url}: {}", creds.scrub(&other.message()))),
+    })?;
+    let settings = Arc::new(settings);
+    let scope = http::Scope::enter(settings.clone());
+    Ok((settings, scope))
 }
 
-/// Lists refs. Without a bearer token: a detached remote and `connect_auth` (no repository, no
-/// objects). With one: `download` with a refspec that matches nothing (see module docs).
+/// Lists refs with a detached remote: no repository, no objects.
 fn ls_remote_blocking(
-    repo_dir: &Path,
     url: &RepoUrl,
     creds: &Credentials,
     config: &GitConfig,
@@ -555,20 +539,11 @@ fn ls_remote_blocking(
 ) -> Result<Vec<RemoteRef>, SourceError> {
     let session = Session::new(url, creds, config, deadline)?;
     let wrap = |e: git2::Error| session.map_error(&e);
-    if creds.bearer_token.is_none() {
-        let mut remote = git2::Remote::create_detached(url.as_git_url()).map_err(wrap)?;
-        let conn = remote
-            .connect_auth(Direction::Fetch, Some(session.callbacks()), None)
-            .map_err(wrap)?;
-        return Ok(remote_refs(conn.list().map_err(wrap)?));
-    }
-    let repo = open_or_init_bare(repo_dir)?;
-    let mut remote = repo.remote_anonymous(url.as_git_url()).map_err(wrap)?;
-    let mut fo = session.fetch_options(0);
-    remote.download(&[LIST_ONLY_REFSPEC], Some(&mut fo)).map_err(wrap)?;
-    let refs = remote_refs(remote.list().map_err(wrap)?);
-    let _ = remote.disconnect();
-    Ok(refs)
+    let mut remote = git2::Remote::create_detached(url.as_git_url()).map_err(wrap)?;
+    let conn = remote
+        .connect_auth(Direction::Fetch, Some(session.callbacks()), None)
+        .map_err(wrap)?;
+    Ok(remote_refs(conn.list().map_err(wrap)?))
 }
 
 fn remote_refs(heads: &[git2::RemoteHead<'_>]) -> Vec<RemoteRef> {
@@ -808,17 +783,5 @@ mod tests {
             "failed to resolve address: timed out",
         );
         assert_eq!(classify(&e, String::new()).category(), "Timeout");
-    }
-
-    #[test]
-    fn client_certs_refused_clearly() {
-        let url = RepoUrl::parse("https://h/r").unwrap();
-        let creds = Credentials {
-            tls_client_cert: Some("PEM".into()),
-            ..Default::default()
-        };
-        let err = check_supported(&url, &creds).unwrap_err();
-        assert_eq!(err.category(), "TLSError");
-        assert!(err.to_string().contains("not supported"));
     }
 }

@@ -10,6 +10,7 @@
 pub mod cache;
 pub mod credentials;
 pub mod git;
+pub mod http;
 pub mod known_hosts;
 pub mod url;
 pub mod verify;

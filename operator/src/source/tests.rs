@@ -384,6 +384,123 @@ async fn ssh_key_and_known_hosts() {
 }
 
 #[tokio::test]
+async fn https_client_certificate() {
+    let fx = ts::Fixture::new();
+    let pki = ts::test_pki("capstan-mtls-ca");
+    let other = ts::test_pki("capstan-mtls-other-ca");
+    let server = ts::mtls_server(&fx.base, HttpAuth::Basic("alice", CANARY_PW), &pki);
+    let (_d, src) = source();
+    let u = url(&format!("https://127.0.0.1:{}/repo.git", server.port));
+    let trusted = Credentials {
+        username: Some("alice".into()),
+        password: Some(CANARY_PW.into()),
+        ca_cert: Some(pki.ca_pem.clone()),
+        ..Default::default()
+    };
+    let with_cert = |cert: &str, key: &str| Credentials {
+        tls_client_cert: Some(cert.to_string()),
+        tls_client_key: Some(key.to_string()),
+        ..trusted.clone()
+    };
+
+    // The right certificate: refs, then a fetch (GET and POSTs all present it).
+    let good = with_cert(&pki.client_cert_pem, &pki.client_key_pem);
+    let refs = src.ls_remote(&u, &good).await.expect("ls-remote with client cert");
+    assert!(refs.iter().any(|r| r.name == "refs/heads/main"));
+    let head = fetch_resolve(&src, &u, &good, "main")
+        .await
+        .expect("fetch with client cert");
+    assert_eq!(head.sha(), fx.c2.to_string());
+
+    // No certificate, or one from a CA the server does not trust: the handshake fails.
+    for (what, creds) in [
+        ("no client certificate", trusted.clone()),
+        (
+            "untrusted client certificate",
+            with_cert(&other.client_cert_pem, &other.client_key_pem),
+        ),
+    ] {
+        let err = src.ls_remote(&u, &creds).await.unwrap_err();
+        assert_eq!(err.category(), "TLSError", "{what}: {err}");
+        assert_no_canary(&err);
+    }
+
+    // Unusable settings are refused before any connection, without echoing key material.
+    let key_body = pki.client_key_pem.lines().nth(1).expect("key body line").to_string();
+    let half = Credentials {
+        tls_client_key: None,
+        ..good.clone()
+    };
+    let err = src.ls_remote(&u, &half).await.unwrap_err();
+    assert_eq!(err.category(), "TLSError", "{err}");
+    assert!(err.to_string().contains("together"), "{err}");
+    let garbled = with_cert(&pki.client_cert_pem, &format!("CANARY{key_body}"));
+    let err = src.ls_remote(&u, &garbled).await.unwrap_err();
+    assert_eq!(err.category(), "TLSError", "{err}");
+    assert!(err.to_string().contains("tlsClientKey"), "{err}");
+    assert!(!err.to_string().contains(&key_body[..20]), "key material in {err}");
+    assert_no_canary(&err);
+    // A certificate whose key does not match it.
+    let mismatched = with_cert(&pki.client_cert_pem, &other.client_key_pem);
+    let err = src.ls_remote(&u, &mismatched).await.unwrap_err();
+    assert_eq!(err.category(), "TLSError", "{err}");
+    assert!(err.to_string().contains("does not fit"), "{err}");
+}
+
+#[tokio::test]
+async fn http_redirect_on_first_request_is_followed_for_the_whole_fetch() {
+    let fx = ts::Fixture::new();
+    let server = ts::http_server(&fx.base, HttpAuth::Basic("alice", CANARY_PW));
+    let (_d, src) = source();
+    // The server answers `/moved/...` with 301 to the path without `/moved`, for GET and POST.
+    let u = url(&format!("http://127.0.0.1:{}/moved/repo.git", server.port));
+    let good = Credentials {
+        username: Some("alice".into()),
+        password: Some(CANARY_PW.into()),
+        ..Default::default()
+    };
+    let head = fetch_resolve(&src, &u, &good, "feature")
+        .await
+        .expect("fetch through a redirect");
+    assert_eq!(head.sha(), fx.f1.to_string());
+}
+
+#[tokio::test]
+async fn http_proxy_carries_every_request() {
+    let fx = ts::Fixture::new();
+    let server = ts::http_server(&fx.base, HttpAuth::Basic("alice", CANARY_PW));
+    let proxy = ts::ConnectProxy::start();
+    let (_d, src) = source();
+    let u = url(&format!("http://127.0.0.1:{}/repo.git", server.port));
+    let via = |proxy: String| Credentials {
+        username: Some("alice".into()),
+        password: Some(CANARY_PW.into()),
+        proxy: Some(proxy),
+        ..Default::default()
+    };
+    let through = via(format!("http://127.0.0.1:{}", proxy.port));
+    let head = fetch_resolve(&src, &u, &through, "main")
+        .await
+        .expect("fetch through the proxy");
+    assert_eq!(head.sha(), fx.c2.to_string());
+    let tunnels = proxy.tunnels.lock().unwrap().clone();
+    let target = format!("127.0.0.1:{}", server.port);
+    assert!(
+        !tunnels.is_empty() && tunnels.iter().all(|t| *t == target),
+        "{tunnels:?}"
+    );
+
+    // A proxy that is down fails the operation: the repository is never reached around it.
+    let dead = via(format!("http://127.0.0.1:{}", ts::free_port()));
+    let err = src.ls_remote(&u, &dead).await.unwrap_err();
+    assert!(err.to_string().contains("proxy"), "{err}");
+    assert_no_canary(&err);
+    let bad = via("not a url at all".into());
+    let err = src.ls_remote(&u, &bad).await.unwrap_err();
+    assert_eq!(err.category(), "InvalidInput", "{err}");
+}
+
+#[tokio::test]
 async fn tarpit_times_out() {
     let pit = ts::Tarpit::start();
     let (_d, src) = source();

@@ -207,7 +207,7 @@ const HTTP_SERVER_PY: &str = r#"
 import base64, os, ssl, subprocess, sys
 from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
 port, root, mode, secret = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
-tls = sys.argv[5:7]
+tls = sys.argv[5:8]
 expected = ("Basic " + base64.b64encode(secret.encode()).decode()) if mode == "basic" else ("Bearer " + secret)
 class H(BaseHTTPRequestHandler):
     def log_message(self, *a):
@@ -217,6 +217,12 @@ class H(BaseHTTPRequestHandler):
     def do_POST(self):
         self.git()
     def git(self):
+        if self.path.startswith("/moved/"):
+            self.send_response(301)
+            self.send_header("Location", self.path[len("/moved"):])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         if self.headers.get("Authorization", "") != expected:
             self.send_response(401)
             if mode == "basic":
@@ -253,6 +259,9 @@ server = ThreadingHTTPServer(("127.0.0.1", port), H)
 if tls:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(tls[0], tls[1])
+    if len(tls) > 2:
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        ctx.load_verify_locations(tls[2])
     server.socket = ctx.wrap_socket(server.socket, server_side=True)
 server.serve_forever()
 "#;
@@ -262,14 +271,20 @@ pub fn http_server(base: &Path, auth: HttpAuth<'_>) -> Server {
     start_http(base, auth, None)
 }
 
-/// A test CA and a server certificate for IP 127.0.0.1 signed by it (PEM files in `dir`).
+/// A test CA, a server certificate for IP 127.0.0.1 and a client certificate signed by it.
 pub struct TestPki {
     /// CA certificate, PEM.
     pub ca_pem: String,
+    /// CA certificate path.
+    pub ca: PathBuf,
     /// Server certificate path.
     pub cert: PathBuf,
     /// Server key path.
     pub key: PathBuf,
+    /// Client certificate (`CN=capstan`, clientAuth), PEM.
+    pub client_cert_pem: String,
+    /// Its private key (PKCS#8 EC P-256), PEM.
+    pub client_key_pem: String,
     _dir: TempDir,
 }
 
@@ -337,21 +352,73 @@ pub fn test_pki(ca_name: &str) -> TestPki {
         ],
         d,
     );
-    let ca_pem = std::fs::read_to_string(d.join("ca.pem")).expect("ca");
+    sign_client_cert(d);
+    let read = |f: &str| std::fs::read_to_string(d.join(f)).expect("read pki file");
     TestPki {
-        ca_pem,
+        ca_pem: read("ca.pem"),
+        ca: d.join("ca.pem"),
         cert: d.join("srv.pem"),
         key: d.join("srv.key"),
+        client_cert_pem: read("client.pem"),
+        client_key_pem: read("client.key"),
         _dir: dir,
     }
 }
 
-/// Smart HTTPS on `https://127.0.0.1:<port>/<repo>` with `pki`'s server certificate.
-pub fn https_server(base: &Path, auth: HttpAuth<'_>, pki: &TestPki) -> Server {
-    start_http(base, auth, Some(pki))
+/// `client.pem`/`client.key` in `d`, signed by `ca.pem`/`ca.key` there.
+fn sign_client_cert(d: &Path) {
+    let new_key = [
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        "client.key",
+        "-out",
+        "client.csr",
+        "-subj",
+        "/CN=capstan",
+    ];
+    openssl(&new_key, d);
+    std::fs::write(
+        d.join("client.cnf"),
+        "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n",
+    )
+    .expect("client ext");
+    let sign = [
+        "x509",
+        "-req",
+        "-in",
+        "client.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "client.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "client.cnf",
+    ];
+    openssl(&sign, d);
 }
 
-fn start_http(base: &Path, auth: HttpAuth<'_>, pki: Option<&TestPki>) -> Server {
+/// Smart HTTPS on `https://127.0.0.1:<port>/<repo>` with `pki`'s server certificate.
+pub fn https_server(base: &Path, auth: HttpAuth<'_>, pki: &TestPki) -> Server {
+    start_http(base, auth, Some((pki, false)))
+}
+
+/// As [`https_server`], and the TLS handshake requires a client certificate signed by `pki`'s CA.
+pub fn mtls_server(base: &Path, auth: HttpAuth<'_>, pki: &TestPki) -> Server {
+    start_http(base, auth, Some((pki, true)))
+}
+
+/// Plain HTTP, HTTPS, or HTTPS requiring a client certificate (`(pki, true)`).
+fn start_http(base: &Path, auth: HttpAuth<'_>, tls: Option<(&TestPki, bool)>) -> Server {
     let dir = tempfile::tempdir().expect("tempdir");
     let script = dir.path().join("server.py");
     std::fs::File::create(&script)
@@ -368,7 +435,7 @@ fn start_http(base: &Path, auth: HttpAuth<'_>, pki: Option<&TestPki>) -> Server 
         .arg(base)
         .arg(mode)
         .arg(secret)
-        .args(pki.map(|p| vec![p.cert.clone(), p.key.clone()]).unwrap_or_default())
+        .args(tls.map(tls_args).unwrap_or_default())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -380,6 +447,14 @@ fn start_http(base: &Path, auth: HttpAuth<'_>, pki: Option<&TestPki>) -> Server 
         port,
         _dir: Some(dir),
     }
+}
+
+fn tls_args((pki, client_auth): (&TestPki, bool)) -> Vec<PathBuf> {
+    let mut args = vec![pki.cert.clone(), pki.key.clone()];
+    if client_auth {
+        args.push(pki.ca.clone());
+    }
+    args
 }
 
 /// An sshd on loopback with a fresh host key and one authorized user key.
@@ -510,4 +585,96 @@ pub fn object_count(repo_dir: &Path) -> usize {
         true
     });
     n
+}
+
+/// An HTTP CONNECT proxy on loopback that records every tunnel target. Stops on drop.
+pub struct ConnectProxy {
+    /// The port it listens on.
+    pub port: u16,
+    /// `host:port` of every CONNECT it served.
+    pub tunnels: Arc<std::sync::Mutex<Vec<String>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ConnectProxy {
+    /// Starts the proxy.
+    pub fn start() -> ConnectProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let port = listener.local_addr().expect("addr").port();
+        let stop = Arc::new(AtomicBool::new(false));
+        let tunnels = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (flag, log) = (stop.clone(), tunnels.clone());
+        let thread = std::thread::spawn(move || {
+            while !flag.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((conn, _)) => {
+                        let log = log.clone();
+                        std::thread::spawn(move || tunnel(conn, &log));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                }
+            }
+        });
+        ConnectProxy {
+            port,
+            tunnels,
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for ConnectProxy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Serves one CONNECT: reads the head (bounded), dials the target, then copies both ways.
+fn tunnel(mut client: TcpStream, log: &std::sync::Mutex<Vec<String>>) {
+    use std::io::Read;
+    let _ = client.set_nonblocking(false);
+    let _ = client.set_read_timeout(Some(Duration::from_secs(10)));
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") && head.len() < 8192 {
+        match client.read(&mut byte) {
+            Ok(1) => head.push(byte[0]),
+            _ => return,
+        }
+    }
+    let head = String::from_utf8_lossy(&head);
+    let Some(target) = head.strip_prefix("CONNECT ").and_then(|r| r.split(' ').next()) else {
+        let _ = client.write_all(b"HTTP/1.1 405 Method Not Allowed\r\nContent-Length: 0\r\n\r\n");
+        return;
+    };
+    log.lock().expect("log").push(target.to_string());
+    let Ok(upstream) = TcpStream::connect(target) else {
+        let _ = client.write_all(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n");
+        return;
+    };
+    let _ = client.set_read_timeout(None);
+    if client
+        .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        .is_err()
+    {
+        return;
+    }
+    let (mut c2, mut u2) = match (client.try_clone(), upstream.try_clone()) {
+        (Ok(c), Ok(u)) => (c, u),
+        _ => return,
+    };
+    let (mut client, mut upstream) = (client, upstream);
+    let up = std::thread::spawn(move || {
+        let _ = std::io::copy(&mut c2, &mut u2);
+        let _ = u2.shutdown(std::net::Shutdown::Write);
+    });
+    let _ = std::io::copy(&mut upstream, &mut client);
+    let _ = client.shutdown(std::net::Shutdown::Write);
+    let _ = up.join();
 }
