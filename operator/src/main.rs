@@ -59,6 +59,10 @@ struct RunArgs {
     /// Delay between two sync waves (Argo CD's `controller.sync.wave.delay.seconds`).
     #[arg(long, default_value = "2s")]
     sync_wave_delay: String,
+    /// Applications reconciled at once (Argo CD's status and operation processors); bounds memory
+    /// when many Applications change together.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..))]
+    app_concurrency: u16,
     /// Bound on one git network operation (ls-remote, fetch).
     #[arg(long, default_value = "90s", value_parser = parse_duration)]
     git_timeout: Duration,
@@ -117,6 +121,7 @@ async fn operate(args: RunArgs) -> anyhow::Result<()> {
         namespace: args.namespace,
         reconcile_interval: args.reconcile_interval,
         git_timeout,
+        app_concurrency: args.app_concurrency,
         wave_delay: parse_duration(&args.sync_wave_delay).map_err(|e| anyhow::anyhow!("--sync-wave-delay: {e}"))?,
         ..Settings::default()
     };

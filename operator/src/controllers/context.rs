@@ -49,6 +49,8 @@ pub struct Settings {
     pub refresh_coalesce: Duration,
     /// Delay between two sync waves (`--sync-wave-delay`, Argo CD's 2 s).
     pub wave_delay: Duration,
+    /// Applications reconciled at once (`--app-concurrency`).
+    pub app_concurrency: u16,
 }
 
 impl Default for Settings {
@@ -60,6 +62,7 @@ impl Default for Settings {
             backoff: BackoffPolicy::default(),
             refresh_coalesce: Duration::from_secs(1),
             wave_delay: crate::engine::plan::DEFAULT_WAVE_DELAY,
+            app_concurrency: 32,
         }
     }
 }

@@ -478,7 +478,7 @@ async fn http_proxy_carries_every_request() {
         proxy: Some(proxy),
         ..Default::default()
     };
-    let through = via(format!("http://127.0.0.1:{}", proxy.port));
+    let through = via(format!("http://127.0.0.1:{}", proxy.server.port));
     let head = fetch_resolve(&src, &u, &through, "main")
         .await
         .expect("fetch through the proxy");

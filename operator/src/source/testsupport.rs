@@ -300,7 +300,7 @@ fn openssl(args: &[&str], dir: &Path) {
     assert!(status.success(), "openssl {args:?}");
 }
 
-/// Generates a CA and a server certificate with the openssl CLI.
+/// Generates a CA, a server certificate and a client certificate with the openssl CLI.
 pub fn test_pki(ca_name: &str) -> TestPki {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
@@ -312,47 +312,11 @@ pub fn test_pki(ca_name: &str) -> TestPki {
         ],
         d,
     );
-    openssl(
-        &[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "srv.key",
-            "-out",
-            "srv.csr",
-            "-subj",
-            "/CN=127.0.0.1",
-        ],
-        d,
-    );
-    std::fs::write(
-        d.join("ext.cnf"),
-        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
-    )
-    .expect("ext");
-    openssl(
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "srv.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "srv.pem",
-            "-days",
-            "2",
-            "-extfile",
-            "ext.cnf",
-        ],
-        d,
-    );
-    sign_client_cert(d);
+    let server_ext = "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n";
+    issue(d, "srv", &["-newkey", "rsa:2048"], "/CN=127.0.0.1", server_ext);
+    let client_ext = "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n";
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"];
+    issue(d, "client", &ec, "/CN=capstan", client_ext);
     let read = |f: &str| std::fs::read_to_string(d.join(f)).expect("read pki file");
     TestPki {
         ca_pem: read("ca.pem"),
@@ -365,44 +329,35 @@ pub fn test_pki(ca_name: &str) -> TestPki {
     }
 }
 
-/// `client.pem`/`client.key` in `d`, signed by `ca.pem`/`ca.key` there.
-fn sign_client_cert(d: &Path) {
-    let new_key = [
-        "req",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-        "-keyout",
-        "client.key",
-        "-out",
-        "client.csr",
-        "-subj",
-        "/CN=capstan",
-    ];
-    openssl(&new_key, d);
-    std::fs::write(
-        d.join("client.cnf"),
-        "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n",
-    )
-    .expect("client ext");
+/// `<name>.key` (made with `key_args`) and `<name>.pem` signed by `ca.pem`/`ca.key` in `d`, with `extensions`.
+fn issue(d: &Path, name: &str, key_args: &[&str], subject: &str, extensions: &str) {
+    let (key, csr, pem, ext) = (
+        format!("{name}.key"),
+        format!("{name}.csr"),
+        format!("{name}.pem"),
+        format!("{name}.cnf"),
+    );
+    let mut request = vec!["req"];
+    request.extend_from_slice(key_args);
+    request.extend_from_slice(&["-nodes", "-keyout", &key, "-out", &csr, "-subj", subject]);
+    openssl(&request, d);
+    std::fs::write(d.join(&ext), extensions).expect("extensions file");
     let sign = [
         "x509",
         "-req",
         "-in",
-        "client.csr",
+        &csr,
         "-CA",
         "ca.pem",
         "-CAkey",
         "ca.key",
         "-CAcreateserial",
         "-out",
-        "client.pem",
+        &pem,
         "-days",
         "2",
         "-extfile",
-        "client.cnf",
+        &ext,
     ];
     openssl(&sign, d);
 }
@@ -531,32 +486,32 @@ pub fn sshd() -> Sshd {
     }
 }
 
-/// Accepts TCP connections and never answers. Stops (and drops the connections) on drop.
-pub struct Tarpit {
+/// A loopback listener whose accept loop runs on a thread until dropped.
+pub struct AcceptLoop {
     /// The port it listens on.
     pub port: u16,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
-impl Tarpit {
-    /// Starts the tarpit.
-    pub fn start() -> Tarpit {
+impl AcceptLoop {
+    /// Hands every accepted connection to `on_connection` (on the loop's thread) until dropped;
+    /// whatever the handler keeps is dropped with it.
+    pub fn start(mut on_connection: impl FnMut(TcpStream) + Send + 'static) -> AcceptLoop {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         listener.set_nonblocking(true).expect("nonblocking");
         let port = listener.local_addr().expect("addr").port();
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::spawn(move || {
-            let mut held = Vec::new();
             while !flag.load(Ordering::Relaxed) {
-                if let Ok((conn, _)) = listener.accept() {
-                    held.push(conn);
+                match listener.accept() {
+                    Ok((conn, _)) => on_connection(conn),
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
                 }
-                std::thread::sleep(Duration::from_millis(10));
             }
         });
-        Tarpit {
+        AcceptLoop {
             port,
             stop,
             thread: Some(thread),
@@ -564,11 +519,30 @@ impl Tarpit {
     }
 }
 
-impl Drop for Tarpit {
+impl Drop for AcceptLoop {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
+        }
+    }
+}
+
+/// Accepts TCP connections and never answers. Stops (and drops the connections) on drop.
+pub struct Tarpit {
+    /// The port it listens on.
+    pub port: u16,
+    _server: AcceptLoop,
+}
+
+impl Tarpit {
+    /// Starts the tarpit.
+    pub fn start() -> Tarpit {
+        let mut held = Vec::new();
+        let server = AcceptLoop::start(move |conn| held.push(conn));
+        Tarpit {
+            port: server.port,
+            _server: server,
         }
     }
 }
@@ -589,49 +563,22 @@ pub fn object_count(repo_dir: &Path) -> usize {
 
 /// An HTTP CONNECT proxy on loopback that records every tunnel target. Stops on drop.
 pub struct ConnectProxy {
-    /// The port it listens on.
-    pub port: u16,
+    /// The accept loop (`server.port` is the proxy's port).
+    pub server: AcceptLoop,
     /// `host:port` of every CONNECT it served.
     pub tunnels: Arc<std::sync::Mutex<Vec<String>>>,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl ConnectProxy {
-    /// Starts the proxy.
+    /// Starts the proxy; each connection is served on its own thread.
     pub fn start() -> ConnectProxy {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-        listener.set_nonblocking(true).expect("nonblocking");
-        let port = listener.local_addr().expect("addr").port();
-        let stop = Arc::new(AtomicBool::new(false));
         let tunnels = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let (flag, log) = (stop.clone(), tunnels.clone());
-        let thread = std::thread::spawn(move || {
-            while !flag.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok((conn, _)) => {
-                        let log = log.clone();
-                        std::thread::spawn(move || tunnel(conn, &log));
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
-                }
-            }
+        let log = tunnels.clone();
+        let server = AcceptLoop::start(move |conn| {
+            let log = log.clone();
+            std::thread::spawn(move || tunnel(conn, &log));
         });
-        ConnectProxy {
-            port,
-            tunnels,
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for ConnectProxy {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        ConnectProxy { server, tunnels }
     }
 }
 

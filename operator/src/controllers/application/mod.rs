@@ -369,6 +369,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) -> anyhow::Result<()> {
             dependents_of(&mapper_store.state(), &app)
         })
         .reconcile_on(UnboundedReceiverStream::new(triggers))
+        .with_config(kube::runtime::controller::Config::default().concurrency(ctx.settings.app_concurrency))
         .graceful_shutdown_on(shutdown.wait())
         .run(
             move |app, ctx| {
