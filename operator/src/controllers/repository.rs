@@ -452,7 +452,15 @@ fn validate(repo: &Repository) -> Result<Validated, String> {
     }
     let url = RepoUrl::parse(&repo.spec.url).map_err(|e| format!("url: {e}"))?;
     let key = url_key(&repo.spec.url).ok_or_else(|| "url: cannot be normalized".to_string())?;
+    validate_proxy_field(repo)?;
     Ok(Validated { url, key, poll })
+}
+
+fn validate_proxy_field(repo: &Repository) -> Result<(), String> {
+    match repo.spec.proxy.as_deref() {
+        Some(p) => crate::source::http::validate_proxy(p).map_err(|e| format!("proxy: {e}")),
+        None => Ok(()),
+    }
 }
 
 async fn reconcile(repo: &Repository, ctx: &Context, state: &State) -> Result<Action, Error> {
@@ -464,7 +472,10 @@ async fn reconcile(repo: &Repository, ctx: &Context, state: &State) -> Result<Ac
 
     if repo.spec.credential_template {
         let observation = match RepoUrl::parse(&repo.spec.url) {
-            Ok(_) => Observation::Template,
+            Ok(_) => match validate_proxy_field(repo) {
+                Ok(()) => Observation::Template,
+                Err(message) => Observation::Invalid { message },
+            },
             Err(e) => Observation::Invalid {
                 message: format!("url: {}", sanitize(&Credentials::default(), &e.to_string())),
             },

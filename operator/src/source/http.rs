@@ -105,6 +105,9 @@ impl HttpSettings {
     /// the client certificate is unusable, or [`HttpFailure::Other`] for a bad proxy URL; no
     /// message contains key material.
     pub fn new(creds: &Credentials, proxy: Option<&str>, limits: HttpLimits) -> Result<Self, HttpFailure> {
+        if let Some(p) = proxy {
+            validate_proxy(p).map_err(HttpFailure::Other)?;
+        }
         let shown_proxy = proxy.map(strip_userinfo_and_query);
         let proxy = proxy
             .map(|p| {
@@ -157,6 +160,30 @@ impl HttpSettings {
         let left = self.deadline.saturating_duration_since(Instant::now());
         (!left.is_zero()).then_some(left)
     }
+}
+
+/// Accepts `http://` or `https://` proxy URLs (with optional userinfo and port) and nothing a shell, a
+/// header or a URL parser could read differently (GHSA-j6cw-g6p4-7hch: a proxy value reaching a shell).
+/// The message never repeats the value, which may hold a password.
+pub fn validate_proxy(proxy: &str) -> Result<(), String> {
+    const MAX: usize = 2048;
+    if proxy.len() > MAX {
+        return Err(format!("proxy is longer than {MAX} bytes"));
+    }
+    let odd = |c: char| c.is_control() || c.is_whitespace() || ";$`|&<>'\"\\(){}#".contains(c);
+    if proxy.chars().any(odd) {
+        return Err("proxy holds characters a proxy URL cannot (whitespace, control or shell characters)".into());
+    }
+    let lower = proxy.to_ascii_lowercase();
+    let Some(rest) = lower.strip_prefix("http://").or_else(|| lower.strip_prefix("https://")) else {
+        return Err("proxy must be an http:// or https:// URL (SOCKS proxies are not supported)".into());
+    };
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    if host.is_empty() || host.starts_with(':') || !(path.is_empty()) || proxy.contains('?') {
+        return Err("proxy must be scheme://[user:password@]host[:port] with no path or query".into());
+    }
+    Ok(())
 }
 
 /// Server trust: the Repository's CA bundle alone when given (Argo CD's per-repository CA),
@@ -548,6 +575,34 @@ fn classify_io(e: &io::Error, max_bytes: u64) -> HttpFailure {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn proxies_are_plain_http_urls() {
+        for ok in [
+            "http://proxy:3128",
+            "https://u:p@proxy.example",
+            "HTTP://10.0.0.1:8080/",
+        ] {
+            assert_eq!(validate_proxy(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "socks5://127.0.0.1:1080;touch /dev/shm/pwned",
+            "socks5://127.0.0.1:1080",
+            "http://proxy:3128/$(id)",
+            "http://proxy`id`:1",
+            "http://proxy:1\nHost: evil",
+            "http://proxy:1/path",
+            "http://proxy:1?x=y",
+            "http://",
+            "proxy:3128",
+        ] {
+            let err = validate_proxy(bad).unwrap_err();
+            assert!(
+                !err.contains("proxy:") && !err.contains("127.0.0.1"),
+                "echoes the value: {err}"
+            );
+        }
+    }
 
     #[test]
     fn authorization_prefers_bearer_and_defaults_the_user() {

@@ -1,7 +1,9 @@
 //! Git sources: list refs, fetch into a shared bare cache, resolve revisions, export checkouts and
 //! verify commit signatures.
 //!
-//! The [`GitSource`] trait is what controllers use; [`git::Git2Source`] implements it with libgit2.
+//! The [`GitSource`] trait is what controllers use; [`git::Git2Source`] implements it with libgit2, which
+//! speaks git://, ssh:// and file:// itself and `http(s)://` through [`http`] (our smart-HTTP transport over
+//! rustls: client certificates, proxy, bearer tokens).
 //! libgit2 is blocking, so every call runs on `spawn_blocking` under a total deadline, and the
 //! per-URL lock is held by the blocking work itself, never longer than that deadline plus libgit2's
 //! own I/O timeout. Pure parts (URL rules, credential templates, known_hosts, revision parsing,

@@ -313,4 +313,9 @@ fn validation_of_spec() {
     r.spec.poll_interval = "2s".into();
     r.spec.url = "--upload-pack=x".into();
     assert!(validate(&r).unwrap_err().starts_with("url"));
+    r.spec.url = "https://h.example/o/r".into();
+    r.spec.proxy = Some("socks5://127.0.0.1:1080;touch /dev/shm/pwned".into());
+    assert!(validate(&r).unwrap_err().starts_with("proxy"));
+    r.spec.proxy = Some("http://proxy.internal:3128".into());
+    assert!(validate(&r).is_ok());
 }
