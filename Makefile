@@ -18,8 +18,9 @@ else
 	$(CARGO) test --workspace --no-fail-fast
 endif
 
-crds: ## regenerate crds/ from the Rust types
+crds: ## regenerate crds/ (and the Helm chart's copy) from the Rust types
 	$(CARGO) run -q -p capstan -- crd --out-dir crds
+	$(CARGO) run -q -p capstan -- crd --out-dir charts/capstan/crds
 
 lint: ## formatting and clippy, warnings are errors
 	$(CARGO) fmt --all -- --check

@@ -586,6 +586,10 @@ async fn p0(runs: usize, report: &mut Report) -> anyhow::Result<()> {
             bail!("P0: {n} ConfigMaps applied, expected {OBJECTS}");
         }
         writes.push(Writes::of(&cluster.requests().await?));
+        if std::env::var_os("CAPSTAN_BENCH_KEEP").is_some() {
+            eprintln!("P0 operator log: {}", op.log.display());
+            let _kept = cluster.dir.keep();
+        }
         drop(op);
     }
     let w = writes.last().cloned().unwrap_or_default();

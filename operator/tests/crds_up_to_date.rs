@@ -1,4 +1,5 @@
-//! `crds/` must be exactly what `capstan crd --out-dir crds` (i.e. `make crds`) writes.
+//! `crds/` and the Helm chart's `charts/capstan/crds/` must be exactly what `capstan crd --out-dir` (i.e. `make crds`)
+//! writes.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -36,6 +37,12 @@ fn crds_dir_is_up_to_date() {
     );
 
     let fresh = yaml_files(fresh_dir.path());
+    let chart_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../charts/capstan/crds");
+    assert_eq!(
+        yaml_files(&chart_dir),
+        fresh,
+        "charts/capstan/crds is stale: run `make crds`"
+    );
     let committed = yaml_files(&committed_dir);
     let missing: Vec<&String> = fresh.keys().filter(|name| !committed.contains_key(*name)).collect();
     let extra: Vec<&String> = committed.keys().filter(|name| !fresh.contains_key(*name)).collect();
