@@ -74,6 +74,35 @@ struct Pipeline<'a> {
     /// The status as last written by this reconcile (the write-ahead patch updates it).
     written: Option<ApplicationStatus>,
     found: Findings,
+    /// Where this reconcile's time went, logged at debug level (`phase`, elapsed since the start).
+    timings: Timings,
+}
+
+/// Phase marks of one reconcile, for the debug log: where the time of a slow sync goes.
+struct Timings {
+    started: std::time::Instant,
+    marks: Vec<(&'static str, Duration)>,
+}
+
+impl Timings {
+    fn new() -> Self {
+        Timings {
+            started: std::time::Instant::now(),
+            marks: Vec::new(),
+        }
+    }
+
+    fn mark(&mut self, phase: &'static str) {
+        self.marks.push((phase, self.started.elapsed()));
+    }
+
+    fn summary(&self) -> String {
+        self.marks
+            .iter()
+            .map(|(phase, at)| format!("{phase}@{}ms", at.as_millis()))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
 }
 
 /// The rendered target: commit and objects (namespaces filled in later).
@@ -97,6 +126,7 @@ impl<'a> Pipeline<'a> {
             ns,
             written: app.status.clone(),
             found: Findings::default(),
+            timings: Timings::new(),
         })
     }
 
@@ -135,6 +165,7 @@ impl<'a> Pipeline<'a> {
         // 2–3. resolve source, render
         let target_rev = target_revision(&self.app.spec.source);
         let rendered = self.render(&self.app.spec.source, &target_rev, force, hard).await;
+        self.timings.mark("render");
         let rendered = match rendered {
             Ok(r) => Some(r),
             Err(p) => {
@@ -155,6 +186,7 @@ impl<'a> Pipeline<'a> {
             .unwrap_or_default();
         let kinds = compare::kinds_to_watch(desired_raw, previous);
         let view = compare::observe(&dest.cluster, &instance, &kinds, desired_raw, &dest_ns).await;
+        self.timings.mark("live");
         let desired: Vec<Value> = desired_raw
             .iter()
             .map(|o| compare::with_namespace(o, &view, &dest_ns))
@@ -176,11 +208,13 @@ impl<'a> Pipeline<'a> {
             }
             self.found.compared = Some(compared);
         }
+        self.timings.mark("compare");
 
         // 6. policy → operation; 7. sync step
         if let Some(op) = self.choose_operation(rendered.as_ref()).await? {
             let target = (rendered.as_ref(), desired.as_slice(), planner_live.as_slice());
             self.sync_step(&dest, &view, op, target, &dest_ns, force, hard).await?;
+            self.timings.mark("sync");
         }
         self.finish(refresh.is_some()).await
     }
@@ -593,6 +627,14 @@ impl<'a> Pipeline<'a> {
                 .await;
         }
         self.record_info(&new);
+        self.timings.mark("status");
+        tracing::debug!(
+            namespace = %self.ns,
+            name = %self.name,
+            requeue_ms = found.requeue.map(|d| d.as_millis() as u64),
+            "reconcile phases: {}",
+            self.timings.summary()
+        );
         Ok(requeue(
             found.requeue,
             periodic(self.ctx.settings.reconcile_interval, self.app),

@@ -33,6 +33,7 @@ pub struct StepResult {
 }
 
 /// Everything a step is decided from (borrowed from the reconcile).
+#[derive(Clone, Copy)]
 pub struct StepArgs<'a> {
     /// Namespace and name of the Application.
     pub owner: Owner<'a>,
@@ -100,12 +101,42 @@ pub fn decide(args: &StepArgs<'_>, now: Timestamp) -> StepOutput {
 
 /// Decides, persists (write-ahead), executes and records one step. `persist` writes an operation
 /// state to `status.operationState`; it is called only when the step changes the cluster.
+///
+/// A passed validation (a dry run: nothing changed, nothing persisted) is followed at once by the
+/// first real step, decided from the same inputs and the validated state, instead of a requeue and
+/// a second full reconcile that would compute the same thing.
 pub async fn run<F, Fut>(cluster: &ClusterHandle, args: &StepArgs<'_>, persist: F) -> Result<StepResult, Error>
 where
     F: FnOnce(OperationState) -> Fut,
     Fut: Future<Output = Result<(), Error>>,
 {
     let out = decide(args, Timestamp::now());
+    if !matches!(out.step, Step::Validate { .. }) {
+        return execute(cluster, args, out, persist).await;
+    }
+    let validated = execute(cluster, args, out, |_| async { Ok(()) }).await?;
+    if is_completed(&validated.state) {
+        return Ok(validated);
+    }
+    let next = StepArgs {
+        state: Some(&validated.state),
+        ..*args
+    };
+    let out = decide(&next, Timestamp::now());
+    execute(cluster, &next, out, persist).await
+}
+
+/// Persists (unless the step is a dry-run validation), executes and records a decided step.
+async fn execute<F, Fut>(
+    cluster: &ClusterHandle,
+    args: &StepArgs<'_>,
+    out: plan::StepOutput,
+    persist: F,
+) -> Result<StepResult, Error>
+where
+    F: FnOnce(OperationState) -> Fut,
+    Fut: Future<Output = Result<(), Error>>,
+{
     let acts = out.step.actions();
     let mutating = !(acts.prune.is_empty()
         && acts.delete.is_empty()
