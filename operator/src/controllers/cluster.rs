@@ -44,8 +44,13 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) -> anyhow::Result<()> {
         .applied_objects()
         .predicate_filter(predicates::generation, Default::default());
     let (app_reader, app_writer) = reflector::store();
+    // Only destinations are counted here: the cached Applications need no status either.
     let apps = watcher(Api::<Application>::all(client), watcher::Config::default())
         .default_backoff()
+        .modify(|app: &mut Application| {
+            crate::controllers::slim_cached(app);
+            app.status = None;
+        })
         .reflect(app_writer)
         .touched_objects();
     // NB: not a plain `wait_until_ready` in a task: kube-runtime wakes only one waiter.

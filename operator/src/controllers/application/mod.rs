@@ -330,6 +330,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) -> anyhow::Result<()> {
     let (reader, writer) = reflector::store();
     let apps = watcher(Api::<Application>::all(client.clone()), watcher::Config::default())
         .default_backoff()
+        .modify(crate::controllers::slim_cached)
         .reflect(writer)
         .applied_objects()
         .predicate_filter(trigger_hash, Default::default());

@@ -591,6 +591,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) -> anyhow::Result<()> {
     let (app_reader, app_writer) = reflector::store();
     let apps = watcher(Api::<Application>::all(client.clone()), watcher::Config::default())
         .default_backoff()
+        .modify(crate::controllers::slim_cached)
         .reflect(app_writer)
         .touched_objects();
     let (cluster_reader, cluster_writer) = reflector::store();
