@@ -238,7 +238,7 @@ fn planner_live(view: &LiveView, in_sync: &BTreeMap<ObjectKey, bool>) -> Vec<Liv
         .map(|o| {
             let key = ObjectKey::of(o);
             LiveObject {
-                object: o.as_ref().clone(),
+                object: Arc::clone(o),
                 health: health::assess(o),
                 in_sync: in_sync.get(&key).copied().unwrap_or(false),
             }

@@ -578,7 +578,7 @@ impl<'a> Pipeline<'a> {
             Ok(found) => found.map(|o| LiveObject {
                 health: crate::engine::health::assess(&o),
                 in_sync: false,
-                object: o,
+                object: o.into(),
             }),
             Err(_) => None,
         }

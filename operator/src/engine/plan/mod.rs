@@ -67,6 +67,8 @@ pub mod tasks;
 #[cfg(test)]
 mod sim_tests;
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
 use crate::api::application::ResourceHealth;
@@ -102,8 +104,9 @@ pub struct PlanContext<'a> {
 /// A live object and what the caller observed about it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LiveObject {
-    /// The object as the cluster returned it.
-    pub object: Value,
+    /// The object as the cluster returned it, shared with the live cache (large Applications have
+    /// thousands; a deep copy per reconcile was a large part of peak memory).
+    pub object: Arc<Value>,
     /// Its health (computed with `engine::health`); `None` when the kind has no health check.
     pub health: Option<ResourceHealth>,
     /// The diff found live equal to desired (used by `ApplyOutOfSyncOnly`).
@@ -112,9 +115,9 @@ pub struct LiveObject {
 
 impl LiveObject {
     /// A live object without health and not known to be in sync.
-    pub fn new(object: Value) -> Self {
+    pub fn new(object: impl Into<Arc<Value>>) -> Self {
         LiveObject {
-            object,
+            object: object.into(),
             health: None,
             in_sync: false,
         }

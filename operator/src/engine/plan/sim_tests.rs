@@ -121,7 +121,7 @@ impl FakeCluster {
             .map(|o| LiveObject {
                 health: Self::health(&o.obj, o.age),
                 in_sync: object::annotation(&o.obj, "test/in-sync") == Some("true"),
-                object: o.obj.clone(),
+                object: o.obj.clone().into(),
             })
             .collect()
     }

@@ -75,7 +75,7 @@ impl<'a> SyncTask<'a> {
 
     /// The live object, if any.
     pub fn live_obj(&self) -> Option<&'a Value> {
-        self.live.map(|l| &l.object)
+        self.live.map(|l| &*l.object)
     }
 
     /// Not started (`operationState == ""`).
@@ -157,7 +157,7 @@ impl<'a> SyncTask<'a> {
     #[cfg(test)]
     pub(crate) fn prune_for_test(live: Value) -> SyncTask<'static> {
         let leaked: &'static LiveObject = Box::leak(Box::new(LiveObject::new(live)));
-        let mut t = SyncTask::for_test(leaked.object.clone(), SyncPhase::Sync);
+        let mut t = SyncTask::for_test((*leaked.object).clone(), SyncPhase::Sync);
         t.hook = false;
         t.target = None;
         t.live = Some(leaked);
@@ -380,7 +380,7 @@ fn is_prune_candidate(ctx: &PlanContext<'_>, live: &Value) -> bool {
 }
 
 fn resource_task<'a>(input: &TaskSetInput<'a>, target: Option<Value>, live: Option<&'a LiveObject>) -> SyncTask<'a> {
-    let obj = target.as_ref().or(live.map(|l| &l.object)).unwrap_or(&Value::Null);
+    let obj = target.as_ref().or(live.map(|l| &*l.object)).unwrap_or(&Value::Null);
     let options = input.options.resource.for_object(obj);
     SyncTask {
         phase: SyncPhase::Sync,
@@ -709,7 +709,8 @@ mod tests {
         ];
         // The hook annotation must survive `tracked` for the live hook.
         let mut live = live;
-        live[5].object["metadata"]["annotations"]["argocd.argoproj.io/hook"] = json!("PreSync");
+        std::sync::Arc::make_mut(&mut live[5].object)["metadata"]["annotations"]["argocd.argoproj.io/hook"] =
+            json!("PreSync");
         let opts = AppOptions::default();
         let set = build_tasks(&input(&ctx, &desired, &live, &opts)).expect("valid");
         assert_eq!(
