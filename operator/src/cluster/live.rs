@@ -336,8 +336,10 @@ fn clone_kube_error(e: &kube::Error) -> kube::Error {
     }
 }
 
-/// Keeps only Capstan's `managedFields` entry and drops `last-applied-configuration` (see module doc).
+/// Keeps only Capstan's `managedFields` entry and drops `last-applied-configuration` (see module doc);
+/// a child Application keeps only the status its health check reads.
 pub fn prune(mut obj: Value) -> Value {
+    slim_application_status(&mut obj);
     let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) else {
         return obj;
     };
@@ -351,6 +353,29 @@ pub fn prune(mut obj: Value) -> Value {
         annotations.remove(LAST_APPLIED);
     }
     obj
+}
+
+/// A live Application (an app of apps' child) is read for its health only (`engine::health::application`:
+/// `status.health`, `status.sync`, the operation's phase and message). Its resource list, history and sync
+/// result, which grow with the child's own size, are dropped: the S3 heap profile found the live cache
+/// of 1,000 children to be one of the largest parts of peak memory. The diff never reads status.
+fn slim_application_status(obj: &mut Value) {
+    let is_application = obj.get("kind").and_then(Value::as_str) == Some("Application")
+        && obj
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .is_some_and(|v| v.starts_with("capstan.dev/") || v.starts_with("argoproj.io/"));
+    let Some(status) = obj
+        .get_mut("status")
+        .and_then(Value::as_object_mut)
+        .filter(|_| is_application)
+    else {
+        return;
+    };
+    status.retain(|k, _| matches!(k.as_str(), "health" | "sync" | "operationState"));
+    if let Some(Value::Object(op)) = status.get_mut("operationState") {
+        op.retain(|k, _| matches!(k.as_str(), "phase" | "message"));
+    }
 }
 
 /// An object's place in the index: the watch it came from and its key.
@@ -589,6 +614,30 @@ mod unit_tests {
         assert_eq!(p.pointer("/metadata/annotations"), Some(&json!({"keep": "1"})));
         let none = prune(json!({"metadata": {"managedFields": [{"manager": "kubectl"}]}}));
         assert!(none.pointer("/metadata/managedFields").is_none());
+    }
+
+    #[test]
+    fn child_applications_keep_only_what_their_health_reads() {
+        let child = json!({"apiVersion": "capstan.dev/v1alpha1", "kind": "Application", "metadata": {"name": "c"},
+            "spec": {"project": "default"},
+            "status": {"health": {"status": "Healthy"}, "sync": {"status": "Synced", "revision": "abc"},
+                "resources": [{"kind": "ConfigMap", "name": "x"}], "history": [{"id": 1}],
+                "operationState": {"phase": "Succeeded", "message": "ok", "syncResult": {"resources": []}}}});
+        let slim = prune(child.clone());
+        assert_eq!(
+            slim["status"],
+            json!({"health": {"status": "Healthy"}, "sync": {"status": "Synced", "revision": "abc"},
+                "operationState": {"phase": "Succeeded", "message": "ok"}})
+        );
+        assert_eq!(slim["spec"], child["spec"]);
+        assert_eq!(
+            crate::engine::health::assess(&slim),
+            crate::engine::health::assess(&child),
+            "the health verdict is unchanged"
+        );
+        // Other kinds keep their whole status (their health checks read it).
+        let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment", "status": {"replicas": 1, "x": 2}});
+        assert_eq!(prune(deployment.clone()), deployment);
     }
 
     #[test]
