@@ -26,6 +26,10 @@ pub struct ApplyOptions {
     pub dry_run: bool,
     /// Take ownership of fields other managers own (DESIGN §4: force by default).
     pub force: bool,
+    /// `fieldValidation`: `Some(true)` is `Strict` (kubectl's default since 1.27, what Argo CD's
+    /// `Validate=true` means: unknown or duplicate fields fail the write), `Some(false)` is `Ignore`
+    /// (`Validate=false`), `None` leaves the server's default (`Warn`).
+    pub validate: Option<bool>,
 }
 
 impl Default for ApplyOptions {
@@ -33,6 +37,7 @@ impl Default for ApplyOptions {
         ApplyOptions {
             dry_run: false,
             force: true,
+            validate: None,
         }
     }
 }
@@ -84,6 +89,11 @@ pub async fn apply(cluster: &ClusterHandle, obj: &Value, opts: &ApplyOptions) ->
     let mut params = PatchParams::apply(FIELD_MANAGER);
     params.force = opts.force;
     params.dry_run = opts.dry_run;
+    params = match opts.validate {
+        Some(true) => params.validation_strict(),
+        Some(false) => params.validation_ignore(),
+        None => params,
+    };
     let body = target.body(obj);
     let context = target.context("apply", name);
     let api = target.api(cluster);
@@ -101,7 +111,7 @@ pub async fn dry_run_apply(cluster: &ClusterHandle, obj: &Value) -> Result<Value
         obj,
         &ApplyOptions {
             dry_run: true,
-            force: true,
+            ..ApplyOptions::default()
         },
     )
     .await

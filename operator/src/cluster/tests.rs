@@ -199,7 +199,7 @@ async fn cluster_ssa_apply_creates_updates_and_dry_run_does_not_persist() {
     // Dry runs: a new object is not created, an existing one is not changed, yet the result shows the change.
     let dry = ApplyOptions {
         dry_run: true,
-        force: true,
+        ..ApplyOptions::default()
     };
     ops::apply(&h, &config_map("shop", "ghost", None, json!({})), &dry)
         .await

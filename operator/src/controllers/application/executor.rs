@@ -106,6 +106,7 @@ pub async fn apply(cluster: &ClusterHandle, owner: Owner<'_>, a: &ApplyAction) -
             let opts = ApplyOptions {
                 dry_run: a.dry_run,
                 force: force_conflicts,
+                validate: Some(a.validate),
             };
             ops::apply(cluster, &obj, &opts).await.map(|_| "serverside-applied")
         }

@@ -379,3 +379,58 @@ async fn incomplete_live_cache_never_prunes() {
         });
     assert!(!pruned);
 }
+
+/// `Validate=true` (the default) writes with `fieldValidation=Strict`, as kubectl and Argo CD do: a field the
+/// kind does not have fails the sync before anything is applied. `Validate=false` writes with `Ignore`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_fields_fail_the_sync_unless_validate_is_false() {
+    let env = env().await;
+    commit(
+        &env.repo,
+        &[
+            ("strict/cm.yaml", &cm("strict-cm", "spec:\n  oops: 1\n")),
+            ("lenient/cm.yaml", &cm("lenient-cm", "spec:\n  oops: 1\n")),
+        ],
+    );
+    let ctx = context(&env);
+    let (state, _rx) = State::new();
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), "apps");
+
+    let apps = create_app(&env, "strict", "strict", false).await;
+    let app = drive(&apps, "strict", &ctx, &state, Duration::from_secs(60), |a| {
+        a.status
+            .as_ref()
+            .and_then(|s| s.operation_state.as_ref())
+            .is_some_and(|o| o.phase == OperationPhase::Failed)
+    })
+    .await;
+    let message = app
+        .status
+        .and_then(|s| s.operation_state)
+        .and_then(|o| o.message)
+        .unwrap_or_default();
+    assert!(message.contains("dry run") && message.contains("spec"), "{message}");
+    assert!(
+        cms.get_opt("strict-cm").await.expect("get").is_none(),
+        "nothing applied"
+    );
+
+    let apps = create_app(&env, "lenient", "lenient", false).await;
+    let patch = serde_json::json!({"spec": {"syncPolicy": {"syncOptions": ["Validate=false"]}}});
+    apps.patch(
+        "lenient",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await
+    .expect("set Validate=false");
+    drive(&apps, "lenient", &ctx, &state, Duration::from_secs(60), |a| {
+        a.status
+            .as_ref()
+            .and_then(|s| s.operation_state.as_ref())
+            .is_some_and(|o| o.phase == OperationPhase::Succeeded)
+    })
+    .await;
+    let applied = cms.get("lenient-cm").await.expect("applied with Validate=false");
+    assert_eq!(applied.data.unwrap_or_default().get("k").map(String::as_str), Some("v"));
+}
