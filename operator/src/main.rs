@@ -130,8 +130,9 @@ async fn operate(args: RunArgs) -> anyhow::Result<()> {
     let config = kube::Config::infer()
         .await
         .context("no Kubernetes configuration (KUBECONFIG or in-cluster)")?;
-    let clusters = capstan::cluster::ClusterClients::new(config.clone(), &settings.namespace)
-        .map_err(|e| anyhow::anyhow!("cluster clients: {e}"))?;
+    let clusters =
+        capstan::cluster::ClusterClients::counted(config.clone(), &settings.namespace, metrics.kube_requests.clone())
+            .map_err(|e| anyhow::anyhow!("cluster clients: {e}"))?;
     let client = controllers::context::counting_client(config, &metrics)?;
     let cache_dir = args
         .cache_dir

@@ -25,10 +25,12 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::ListParams;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config, ResourceExt};
+use prometheus::IntCounterVec;
 use serde_json::{json, Value};
 
 use super::discovery::DiscoveryCache;
 use super::live::LiveCache;
+use super::requests::KubeRequestLayer;
 use super::{ClusterError, IN_CLUSTER_NAME, IN_CLUSTER_SERVER};
 use crate::api::application::ApplicationDestination;
 use crate::api::Cluster;
@@ -91,15 +93,17 @@ impl std::fmt::Debug for ClusterHandle {
 }
 
 impl ClusterHandle {
-    /// A handle from a client configuration; `name` and `server` are for messages and status.
+    /// A handle from a client configuration; `name` and `server` are for messages and status. With a
+    /// `counter`, every request of the handle (watches and discovery too) is counted there.
     pub fn from_config(
         name: &str,
         server: &str,
         config: Config,
         timeouts: ClusterTimeouts,
+        counter: Option<&IntCounterVec>,
     ) -> Result<Arc<ClusterHandle>, ClusterError> {
-        let client = build_client(request_config(config.clone(), &timeouts), name)?;
-        let watch_client = build_client(watch_config(config, &timeouts), name)?;
+        let client = build_client(request_config(config.clone(), &timeouts), name, counter)?;
+        let watch_client = build_client(watch_config(config, &timeouts), name, counter)?;
         let discovery = Arc::new(DiscoveryCache::new(client.clone()));
         let live = LiveCache::new(watch_client, discovery.clone());
         Ok(Arc::new(ClusterHandle {
@@ -194,24 +198,33 @@ pub struct ClusterClients {
     local: Arc<ClusterHandle>,
     operator_namespace: String,
     timeouts: ClusterTimeouts,
+    /// `capstan_kube_requests_total`, for every handle built here.
+    counter: Option<IntCounterVec>,
     cache: tokio::sync::Mutex<HashMap<(String, String), Cached>>,
 }
 
 impl ClusterClients {
     /// `local` configures the operator's own cluster (where Cluster objects and Secrets are read too).
     pub fn new(local: Config, operator_namespace: &str) -> Result<Self, ClusterError> {
-        Self::with_timeouts(local, operator_namespace, ClusterTimeouts::default())
+        Self::with_timeouts(local, operator_namespace, ClusterTimeouts::default(), None)
+    }
+
+    /// As [`ClusterClients::new`], counting every request of every cluster in `counter`.
+    pub fn counted(local: Config, operator_namespace: &str, counter: IntCounterVec) -> Result<Self, ClusterError> {
+        Self::with_timeouts(local, operator_namespace, ClusterTimeouts::default(), Some(counter))
     }
 
     pub fn with_timeouts(
         local: Config,
         operator_namespace: &str,
         timeouts: ClusterTimeouts,
+        counter: Option<IntCounterVec>,
     ) -> Result<Self, ClusterError> {
         Ok(ClusterClients {
-            local: ClusterHandle::from_config(IN_CLUSTER_NAME, IN_CLUSTER_SERVER, local, timeouts)?,
+            local: ClusterHandle::from_config(IN_CLUSTER_NAME, IN_CLUSTER_SERVER, local, timeouts, counter.as_ref())?,
             operator_namespace: operator_namespace.to_string(),
             timeouts,
+            counter,
             cache: tokio::sync::Mutex::new(HashMap::new()),
         })
     }
@@ -268,7 +281,13 @@ impl ClusterClients {
         }
         let label = format!("{namespace}/{name}");
         let config = remote_config(&label, &cluster.spec.server, secret.as_ref()).await?;
-        let handle = ClusterHandle::from_config(&label, &cluster.spec.server, config, self.timeouts)?;
+        let handle = ClusterHandle::from_config(
+            &label,
+            &cluster.spec.server,
+            config,
+            self.timeouts,
+            self.counter.as_ref(),
+        )?;
         cache.insert(
             slot,
             Cached {
@@ -570,12 +589,16 @@ fn watch_config(mut config: Config, t: &ClusterTimeouts) -> Config {
     config
 }
 
-fn build_client(config: Config, name: &str) -> Result<Client, ClusterError> {
-    Client::try_from(config).map_err(|e| match e {
+fn build_client(config: Config, name: &str, counter: Option<&IntCounterVec>) -> Result<Client, ClusterError> {
+    let builder = kube::client::ClientBuilder::try_from(config).map_err(|e| match e {
         kube::Error::RustlsTls(_) | kube::Error::TlsRequired => {
             ClusterError::InvalidConfig(format!("Cluster {name}: TLS setup failed (check caCert)"))
         }
         kube::Error::Auth(_) => ClusterError::InvalidConfig(format!("Cluster {name}: credentials could not be loaded")),
         _ => ClusterError::InvalidConfig(format!("Cluster {name}: client could not be built")),
+    })?;
+    Ok(match counter {
+        Some(c) => builder.with_layer(&KubeRequestLayer::new(c.clone())).build(),
+        None => builder.build(),
     })
 }

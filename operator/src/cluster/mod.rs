@@ -22,6 +22,7 @@ pub mod discovery;
 pub mod live;
 pub mod ops;
 pub mod probe;
+pub mod requests;
 
 #[cfg(test)]
 mod tests;

@@ -40,7 +40,8 @@ async fn client_of(dc: &devcluster::DevCluster) -> Client {
 }
 
 async fn handle_of(dc: &devcluster::DevCluster) -> Arc<ClusterHandle> {
-    ClusterHandle::from_config("test", &dc.url(), config_of(dc).await, ClusterTimeouts::default()).expect("handle")
+    ClusterHandle::from_config("test", &dc.url(), config_of(dc).await, ClusterTimeouts::default(), None)
+        .expect("handle")
 }
 
 /// Polls `check` until it holds or `DEADLINE` passes.
@@ -747,7 +748,7 @@ async fn cluster_probe_reports_version_and_unreachable() {
     let url = dc.url();
     drop(dc);
     let config = Config::new(url.parse().expect("url"));
-    let h = ClusterHandle::from_config("gone", &url, config, ClusterTimeouts::default()).expect("handle");
+    let h = ClusterHandle::from_config("gone", &url, config, ClusterTimeouts::default(), None).expect("handle");
     let err = probe(h.client()).await.unwrap_err();
     assert!(
         err.is_transient() && matches!(err.category(), "Unreachable" | "Timeout"),
@@ -784,5 +785,36 @@ async fn cluster_discovery_survives_a_failing_group_list() {
     assert_eq!(
         h.discovery().resolve(&missing).await.unwrap_err().category(),
         "UnknownKind"
+    );
+}
+
+/// Every request of a handle built with a counter is counted: applies, discovery and watches, which the
+/// operator's own client never sees.
+#[tokio::test]
+async fn cluster_handle_requests_are_counted() {
+    let dc = start();
+    let counter =
+        prometheus::IntCounterVec::new(prometheus::Opts::new("requests", "test"), &["verb", "code"]).expect("counter");
+    let h = ClusterHandle::from_config(
+        "test",
+        &dc.url(),
+        config_of(&dc).await,
+        ClusterTimeouts::default(),
+        Some(&counter),
+    )
+    .expect("handle");
+    ops::apply(
+        &h,
+        &config_map("default", "counted", None, json!({"k": "v"})),
+        &ApplyOptions::default(),
+    )
+    .await
+    .expect("apply");
+    let patches =
+        counter.with_label_values(&["patch", "200"]).get() + counter.with_label_values(&["patch", "201"]).get();
+    assert_eq!(patches, 1, "one server-side apply");
+    assert!(
+        counter.with_label_values(&["get", "200"]).get() >= 1,
+        "discovery requests are counted too"
     );
 }
