@@ -466,6 +466,37 @@ async fn http_redirect_on_first_request_is_followed_for_the_whole_fetch() {
 }
 
 #[tokio::test]
+async fn credentials_never_follow_a_redirect_to_another_host() {
+    let fx = ts::Fixture::new();
+    let good = Credentials {
+        username: Some("alice".into()),
+        password: Some(CANARY_PW.into()),
+        ..Default::default()
+    };
+    // The same repository and credentials on another loopback address.
+    let other = ts::http_server_on(&fx.base, HttpAuth::Basic("alice", CANARY_PW), [127, 0, 0, 2], None);
+    let other_base = format!("http://127.0.0.2:{}", other.port);
+    let (_d, src) = source();
+    let direct = url(&format!("{other_base}/repo.git"));
+    assert!(
+        src.ls_remote(&direct, &good).await.is_ok(),
+        "the other host accepts the credentials"
+    );
+
+    // A server that sends clients there: the credentials stay behind, so the other host refuses.
+    let redirecting = ts::http_server_on(
+        &fx.base,
+        HttpAuth::Basic("alice", CANARY_PW),
+        [127, 0, 0, 1],
+        Some(&other_base),
+    );
+    let u = url(&format!("http://127.0.0.1:{}/elsewhere/repo.git", redirecting.port));
+    let err = src.ls_remote(&u, &good).await.unwrap_err();
+    assert_eq!(err.category(), "AuthenticationFailed", "{err}");
+    assert_no_canary(&err);
+}
+
+#[tokio::test]
 async fn http_proxy_carries_every_request() {
     let fx = ts::Fixture::new();
     let server = ts::http_server(&fx.base, HttpAuth::Basic("alice", CANARY_PW));

@@ -24,9 +24,13 @@ pub fn free_port() -> u16 {
 
 /// Waits until `port` accepts TCP connections or `child` exits, at most [`STARTUP`].
 fn wait_for_port(port: u16, child: &mut Child, what: &str) {
+    wait_for_addr([127, 0, 0, 1], port, child, what);
+}
+
+fn wait_for_addr(host: [u8; 4], port: u16, child: &mut Child, what: &str) {
     let until = Instant::now() + STARTUP;
     while Instant::now() < until {
-        if TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(200)).is_ok() {
+        if TcpStream::connect_timeout(&(host, port).into(), Duration::from_millis(200)).is_ok() {
             return;
         }
         if let Ok(Some(status)) = child.try_wait() {
@@ -217,6 +221,13 @@ class H(BaseHTTPRequestHandler):
     def do_POST(self):
         self.git()
     def git(self):
+        elsewhere = os.environ.get("CAPSTAN_TEST_ELSEWHERE")
+        if elsewhere and self.path.startswith("/elsewhere/"):
+            self.send_response(302)
+            self.send_header("Location", elsewhere + self.path[len("/elsewhere"):])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         if self.path.startswith("/moved/"):
             self.send_response(301)
             self.send_header("Location", self.path[len("/moved"):])
@@ -255,7 +266,7 @@ class H(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
         self.wfile.write(payload)
-server = ThreadingHTTPServer(("127.0.0.1", port), H)
+server = ThreadingHTTPServer((os.environ.get("CAPSTAN_TEST_BIND", "127.0.0.1"), port), H)
 if tls:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(tls[0], tls[1])
@@ -372,8 +383,23 @@ pub fn mtls_server(base: &Path, auth: HttpAuth<'_>, pki: &TestPki) -> Server {
     start_http(base, auth, Some((pki, true)))
 }
 
+/// Plain HTTP on `http://<host>:<port>/<repo>`; `/elsewhere/<path>` answers 302 to `<elsewhere>/<path>`.
+pub fn http_server_on(base: &Path, auth: HttpAuth<'_>, host: [u8; 4], elsewhere: Option<&str>) -> Server {
+    start_http_with(base, auth, None, host, elsewhere)
+}
+
 /// Plain HTTP, HTTPS, or HTTPS requiring a client certificate (`(pki, true)`).
 fn start_http(base: &Path, auth: HttpAuth<'_>, tls: Option<(&TestPki, bool)>) -> Server {
+    start_http_with(base, auth, tls, [127, 0, 0, 1], None)
+}
+
+fn start_http_with(
+    base: &Path,
+    auth: HttpAuth<'_>,
+    tls: Option<(&TestPki, bool)>,
+    host: [u8; 4],
+    elsewhere: Option<&str>,
+) -> Server {
     let dir = tempfile::tempdir().expect("tempdir");
     let script = dir.path().join("server.py");
     std::fs::File::create(&script)
@@ -391,12 +417,14 @@ fn start_http(base: &Path, auth: HttpAuth<'_>, tls: Option<(&TestPki, bool)>) ->
         .arg(mode)
         .arg(secret)
         .args(tls.map(tls_args).unwrap_or_default())
+        .env("CAPSTAN_TEST_BIND", std::net::Ipv4Addr::from(host).to_string())
+        .env("CAPSTAN_TEST_ELSEWHERE", elsewhere.unwrap_or_default())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn python http server");
-    wait_for_port(port, &mut child, "http server");
+    wait_for_addr(host, port, &mut child, "http server");
     Server {
         child,
         port,
