@@ -25,7 +25,7 @@ use std::{
     collections::BTreeSet,
     fmt::Write as _,
     future::Future,
-    net::{SocketAddr, TcpListener},
+    net::SocketAddr,
     path::{Path, PathBuf},
     process::Stdio,
     sync::{Arc, Mutex},
@@ -84,12 +84,7 @@ pub fn fixture(name: &str) -> PathBuf {
 }
 
 /// A loopback port nobody listens on right now.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
-}
+pub use crate::git::free_port;
 
 /// Applies Capstan's CRDs (server-side: they are too large for the last-applied annotation), waits
 /// until they are Established, and creates the operator namespace.

@@ -139,6 +139,14 @@ async fn prune_runs_in_reverse_wave_order_and_respects_prune_false() {
         .await;
 
     let deleted = |name: &str| rec.of("ConfigMap", name).iter().find(|s| s.deleted).map(|s| s.rv);
+    // The recorder's watch sees a deletion a moment after the API reports it.
+    capstan_e2e::wait_until(
+        "the recorder to see the three pruned ConfigMaps deleted",
+        capstan_e2e::TIMEOUT,
+        capstan_e2e::POLL,
+        || async { ["wave0", "wave1", "wave2"].iter().all(|n| deleted(n).is_some()) },
+    )
+    .await;
     let (w0, w1, w2) = (deleted("wave0"), deleted("wave1"), deleted("wave2"));
     assert!(
         matches!((w0, w1, w2), (Some(a), Some(b), Some(c)) if c < b && b < a),

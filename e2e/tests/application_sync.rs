@@ -10,6 +10,7 @@ use capstan_e2e::capstan::{
     application, automated, condition, events_about, get_object, health_status, operation_phase, sync_result_entry,
     sync_status, synced_healthy, text, tracked_by, AppEnv, OperatorOptions, Recorder, APP_TIMEOUT,
 };
+use capstan_e2e::{POLL, TIMEOUT};
 use serde_json::{json, Value};
 
 fn list<'a>(v: &'a Value, ptr: &str) -> &'a [Value] {
@@ -101,19 +102,28 @@ async fn waves_and_hooks_run_in_argo_order_and_succeeded_hooks_are_deleted() {
         rec.first_where("Deployment", "frontend", deployment_available),
         rec.created("Job", "smoke-test"),
     );
-    before(
-        &rec,
-        "the PostSync hook to complete before the hook is deleted",
-        rec.first_where("Job", "smoke-test", job_complete),
-        rec.of("Job", "smoke-test").iter().find(|s| s.deleted).map(|s| s.rv),
-    );
 
-    // Each hook ran once, and HookSucceeded removed both.
+    // Each hook ran once, and HookSucceeded removed both (the deletion may land just after the
+    // operation is reported Succeeded, and the recorder's watch sees it a moment after the API does).
     for hook in ["db-migrate", "smoke-test"] {
         assert_eq!(rec.uids("Job", hook).len(), 1, "{hook} created once\n{}", rec.trace());
         env.wait_object("Job", hook, "is deleted (HookSucceeded)", |o| o.is_none())
             .await;
     }
+    let deleted_seen = || rec.of("Job", "smoke-test").iter().find(|s| s.deleted).map(|s| s.rv);
+    capstan_e2e::wait_until(
+        "the recorder to see the PostSync hook deleted",
+        TIMEOUT,
+        POLL,
+        || async { deleted_seen().is_some() },
+    )
+    .await;
+    before(
+        &rec,
+        "the PostSync hook to complete before the hook is deleted",
+        rec.first_where("Job", "smoke-test", job_complete),
+        deleted_seen(),
+    );
 
     // The result records the hooks with their type and phase, and the resources with their phase.
     let app = env.wait_synced_healthy("waves").await;

@@ -19,8 +19,8 @@ pub mod verify;
 
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod testsupport;
+#[cfg(any(test, feature = "testsupport"))]
+pub mod testsupport;
 
 use std::future::Future;
 use std::path::PathBuf;

@@ -73,6 +73,12 @@ pub struct Fixture {
     pub f1: git2::Oid,
 }
 
+impl Default for Fixture {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Fixture {
     /// Builds the fixture with git2 (no git CLI needed for content).
     pub fn new() -> Fixture {
@@ -446,6 +452,8 @@ pub struct Sshd {
     pub server: Server,
     /// known_hosts line for this server.
     pub known_hosts: String,
+    /// known_hosts line for this address with a different key (a host that is not this one).
+    pub wrong_known_hosts: String,
     /// The authorized private key (OpenSSH format).
     pub user_key: String,
     /// A private key that is not authorized.
@@ -469,11 +477,20 @@ fn keygen(dir: &Path, name: &str, kind: &str) -> (String, String) {
     (private, public)
 }
 
+/// The sshd binary the SSH tests need (Debian's openssh-server; `.ci/run` installs it).
+pub const SSHD: &str = "/usr/sbin/sshd";
+
+/// Whether the SSH tests can run here.
+pub fn sshd_available() -> bool {
+    Path::new(SSHD).exists()
+}
+
 /// Starts sshd (Debian openssh-server) as the current user on a free port.
 pub fn sshd() -> Sshd {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
     let (_, host_pub) = keygen(d, "host_ed25519", "ed25519");
+    let (_, other_host_pub) = keygen(d, "other_host_ed25519", "ed25519");
     let (user_key, user_pub) = keygen(d, "user_ed25519", "ed25519");
     let (other_key, _) = keygen(d, "other_ed25519", "ed25519");
     std::fs::write(d.join("authorized_keys"), user_pub).expect("authorized_keys");
@@ -488,7 +505,7 @@ pub fn sshd() -> Sshd {
         ak = d.join("authorized_keys").display(),
     );
     std::fs::write(d.join("sshd_config"), config).expect("config");
-    let mut child = Command::new("/usr/sbin/sshd")
+    let mut child = Command::new(SSHD)
         .args(["-D", "-e", "-f"])
         .arg(d.join("sshd_config"))
         .stdin(Stdio::null())
@@ -497,9 +514,11 @@ pub fn sshd() -> Sshd {
         .spawn()
         .expect("spawn sshd");
     wait_for_port(port, &mut child, "sshd");
-    let mut fields = host_pub.split_whitespace();
-    let (kind, key) = (fields.next().unwrap_or_default(), fields.next().unwrap_or_default());
-    let known_hosts = format!("[127.0.0.1]:{port} {kind} {key}\n");
+    let line = |public: &str| {
+        let mut fields = public.split_whitespace();
+        let (kind, key) = (fields.next().unwrap_or_default(), fields.next().unwrap_or_default());
+        format!("[127.0.0.1]:{port} {kind} {key}\n")
+    };
     let user = std::env::var("USER").unwrap_or_else(|_| "root".into());
     Sshd {
         server: Server {
@@ -507,7 +526,8 @@ pub fn sshd() -> Sshd {
             port,
             _dir: Some(dir),
         },
-        known_hosts,
+        known_hosts: line(&host_pub),
+        wrong_known_hosts: line(&other_host_pub),
         user_key,
         other_key,
         user,
