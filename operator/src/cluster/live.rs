@@ -38,12 +38,11 @@ use super::discovery::{display_gvk, DiscoveryCache};
 use super::ops::dynamic_to_value;
 use super::{ClusterError, FIELD_MANAGER};
 use crate::api::labels::APP_INSTANCE_LABEL;
+use crate::engine::diff::normalize::LAST_APPLIED;
 use crate::engine::object::{self, ObjectKey};
 
 /// Capacity of the change channel; a receiver further behind gets `Lagged` and must resync everything.
 const CHANGE_CHANNEL_CAPACITY: usize = 4096;
-/// Annotation kubectl writes on client-side apply; large, and for Secrets a copy of their data.
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 /// Length of the readable name part of an app-instance id (63 − 1 − 16 hex).
 const INSTANCE_NAME_PART: usize = 46;
 

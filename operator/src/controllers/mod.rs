@@ -245,6 +245,17 @@ pub async fn run(ctx: Arc<Context>, controllers: &ControllerSet, shutdown: Shutd
     failure.map_or(Ok(()), Err)
 }
 
+/// Locks `m`, taking the data back from a poisoned lock: a panicked reconcile must not wedge the
+/// controller's shared state.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// `namespace/name`: the key of an object in a controller's in-memory state.
+pub(crate) fn ns_name<K: kube::ResourceExt>(obj: &K) -> String {
+    format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any())
+}
+
 /// Trims an object on its way into a controller's cache: `managedFields` and kubectl's
 /// `last-applied-configuration` annotation, which no controller reads from a cached copy. Every status
 /// write adds field-ownership entries, so for Applications these were most of the cache (S3 heap
@@ -253,7 +264,7 @@ pub fn slim_cached<K: kube::Resource>(obj: &mut K) {
     let meta = obj.meta_mut();
     meta.managed_fields = None;
     if let Some(annotations) = meta.annotations.as_mut() {
-        annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
+        annotations.remove(crate::engine::diff::normalize::LAST_APPLIED);
     }
 }
 

@@ -67,7 +67,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use super::error::{error_policy, Error};
 use super::notifier::owner_key;
-use super::{instrumented, Context, Shutdown};
+use super::{instrumented, lock, ns_name, Context, Shutdown};
 use crate::api::application::{HealthStatusCode, OperationPhase, SyncStatusCode};
 use crate::api::{Application, Repository};
 use crate::cluster::ClusterHandle;
@@ -95,14 +95,6 @@ pub struct State {
     info_labels: Mutex<HashMap<String, Vec<String>>>,
     deletion_attempts: Mutex<HashMap<String, u32>>,
     trigger: mpsc::UnboundedSender<ObjectRef<Application>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn app_key(app: &Application) -> String {
-    format!("{}/{}", app.namespace().unwrap_or_default(), app.name_any())
 }
 
 impl State {
@@ -136,11 +128,11 @@ impl State {
     }
 
     fn remember(&self, app: &Application, r: Resolution) {
-        lock(&self.resolutions).insert(app_key(app), r);
+        lock(&self.resolutions).insert(ns_name(app), r);
     }
 
     fn remembered(&self, app: &Application) -> Option<Resolution> {
-        lock(&self.resolutions).get(&app_key(app)).cloned()
+        lock(&self.resolutions).get(&ns_name(app)).cloned()
     }
 
     /// Marks `key` (`ns/name`) for a forced revision resolution on its next reconcile.
@@ -149,34 +141,34 @@ impl State {
     }
 
     fn take_forced(&self, app: &Application) -> bool {
-        lock(&self.forced).remove(&app_key(app))
+        lock(&self.forced).remove(&ns_name(app))
     }
 
     /// Records whether the last network resolution for `app` failed.
     fn set_unresolved(&self, app: &Application, failed: bool) {
         let mut unresolved = lock(&self.unresolved);
         if failed {
-            unresolved.insert(app_key(app));
+            unresolved.insert(ns_name(app));
         } else {
-            unresolved.remove(&app_key(app));
+            unresolved.remove(&ns_name(app));
         }
     }
 
     fn is_unresolved(&self, app: &Application) -> bool {
-        lock(&self.unresolved).contains(&app_key(app))
+        lock(&self.unresolved).contains(&ns_name(app))
     }
 
     /// SelfHeal attempts at `revision` so far.
     fn self_heal_attempts(&self, app: &Application, revision: &str) -> u32 {
         lock(&self.self_heal)
-            .get(&app_key(app))
+            .get(&ns_name(app))
             .filter(|(r, _)| r == revision)
             .map_or(0, |(_, n)| *n)
     }
 
     fn count_self_heal(&self, app: &Application, revision: &str, self_heal: bool) {
         let mut map = lock(&self.self_heal);
-        let entry = map.entry(app_key(app)).or_insert_with(|| (revision.to_string(), 0));
+        let entry = map.entry(ns_name(app)).or_insert_with(|| (revision.to_string(), 0));
         if entry.0 != revision || !self_heal {
             *entry = (revision.to_string(), 0);
         }
@@ -225,7 +217,7 @@ impl State {
 
     /// Forgets a deleted Application: metrics series, tracked refs, caches.
     fn forget(&self, ctx: &Context, app: &Application) {
-        let key = app_key(app);
+        let key = ns_name(app);
         if let Some(labels) = lock(&self.info_labels).remove(&key) {
             let refs: Vec<&str> = labels.iter().map(String::as_str).collect();
             let _ = ctx.metrics.app_info.remove_label_values(&refs);
@@ -239,7 +231,7 @@ impl State {
 
     /// Sets `capstan_app_info` for `app`, removing its previous label set when it changed.
     fn record_info(&self, ctx: &Context, app: &Application, labels: Vec<String>) {
-        let key = app_key(app);
+        let key = ns_name(app);
         let mut map = lock(&self.info_labels);
         if let Some(old) = map.get(&key) {
             if *old == labels {
@@ -255,7 +247,7 @@ impl State {
 
     fn deletion_failed(&self, app: &Application) -> u32 {
         let mut map = lock(&self.deletion_attempts);
-        let n = map.entry(app_key(app)).or_insert(0);
+        let n = map.entry(ns_name(app)).or_insert(0);
         *n = n.saturating_add(1);
         *n
     }
@@ -317,7 +309,7 @@ pub fn periodic(interval: Duration, app: &Application) -> Option<Duration> {
         return None;
     }
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    app_key(app).hash(&mut h);
+    ns_name(app).hash(&mut h);
     Instant::now().hash(&mut h);
     let jitter_ms = h.finish() % (MAX_JITTER.as_millis() as u64 + 1);
     Some(interval + Duration::from_millis(jitter_ms))
@@ -425,7 +417,7 @@ fn spawn_revision_listener(ctx: &Arc<Context>, state: &Arc<State>, store: Store<
                 }
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
                     for app in store.state() {
-                        state.force(app_key(&app));
+                        state.force(ns_name(app.as_ref()));
                         let _ = state.trigger.send(ObjectRef::from_obj(app.as_ref()));
                     }
                 }

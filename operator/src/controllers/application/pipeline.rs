@@ -16,7 +16,7 @@ use super::executor::Owner;
 use super::policy::{self, AutoDecision, AutoInput};
 use super::status::{self, Compared, Problem, StatusInput};
 use super::sync::{self, StepArgs};
-use super::{dependencies, event_ref, kube_err, lock, peers, periodic, requeue, source, State, CONTROLLER};
+use super::{dependencies, event_ref, kube_err, peers, periodic, requeue, source, State, CONTROLLER};
 use crate::api::application::{
     ApplicationSource, ApplicationStatus, Operation, OperationPhase, OperationState, ResultCode, SyncStatusCode,
 };
@@ -24,6 +24,7 @@ use crate::api::conditions::{REASON_DEPENDENCY_CYCLE, REASON_DEPENDENCY_NOT_READ
 use crate::api::labels::REFRESH_ANNOTATIONS;
 use crate::api::Application;
 use crate::cluster::{app_instance_id, ClusterError, ResolvedDestination};
+use crate::controllers::lock;
 use crate::controllers::status::{now, write_status, FIELD_MANAGER};
 use crate::controllers::{Context, Error};
 use crate::engine::diff::DiffOptions;

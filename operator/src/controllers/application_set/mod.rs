@@ -54,7 +54,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use super::error::{error_policy, Error};
 use super::notifier::owner_key;
 use super::status::{find_condition, now, write_status};
-use super::{instrumented, Context, Shutdown};
+use super::{instrumented, lock, ns_name, Context, Shutdown};
 use crate::api::application_set::{ApplicationSet, ApplicationSetResource, ApplicationSetStatus, StrategyType};
 use crate::api::labels::{APPLICATION_SET_REFRESH_ANNOTATION, ARGOCD_APPLICATION_SET_REFRESH_ANNOTATION};
 use crate::api::{Application, Cluster, Repository};
@@ -86,14 +86,6 @@ pub struct State {
     pub limits: Limits,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn set_key(set: &ApplicationSet) -> String {
-    format!("{}/{}", set.namespace().unwrap_or_default(), set.name_any())
-}
-
 impl State {
     /// A fresh state and the stream of sets to reconcile now (new commits).
     pub fn new() -> (Arc<State>, mpsc::UnboundedReceiver<ObjectRef<ApplicationSet>>) {
@@ -112,13 +104,13 @@ impl State {
     }
 
     fn take_forced(&self, set: &ApplicationSet) -> bool {
-        lock(&self.forced).remove(&set_key(set))
+        lock(&self.forced).remove(&ns_name(set))
     }
 
     /// Forgets a deleted set: metrics series and tracked refs.
     fn forget(&self, ctx: &Context, set: &ApplicationSet) {
         let (ns, name) = (set.namespace().unwrap_or_default(), set.name_any());
-        if let Some(labels) = lock(&self.info_labels).remove(&set_key(set)) {
+        if let Some(labels) = lock(&self.info_labels).remove(&ns_name(set)) {
             let refs: Vec<&str> = labels.iter().map(String::as_str).collect();
             let _ = ctx.metrics.appset_info.remove_label_values(&refs);
         }
@@ -134,7 +126,7 @@ impl State {
             update_status.to_owned(),
         ];
         let mut map = lock(&self.info_labels);
-        if let Some(old) = map.get(&set_key(set)) {
+        if let Some(old) = map.get(&ns_name(set)) {
             if *old == labels {
                 return;
             }
@@ -143,7 +135,7 @@ impl State {
         }
         let refs: Vec<&str> = labels.iter().map(String::as_str).collect();
         ctx.metrics.appset_info.with_label_values(&refs).set(1);
-        map.insert(set_key(set), labels);
+        map.insert(ns_name(set), labels);
     }
 }
 
@@ -666,7 +658,7 @@ fn spawn_revision_listener(ctx: &Arc<Context>, state: &Arc<State>, store: Store<
                 }
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
                     for set in store.state() {
-                        lock(&state.forced).insert(set_key(&set));
+                        lock(&state.forced).insert(ns_name(set.as_ref()));
                         let _ = state.trigger.send(ObjectRef::from_obj(set.as_ref()));
                     }
                 }
