@@ -16,10 +16,38 @@ use tempfile::TempDir;
 /// How long any server may take to start accepting connections.
 const STARTUP: Duration = Duration::from_secs(10);
 
-/// A free TCP port on 127.0.0.1 (released before use; the tiny race is acceptable in tests).
+/// Ports handed out by [`free_port`]: below Linux's ephemeral range (32768–60999), so that neither
+/// `bind(0)` nor an outgoing connection of any process can take one between the check and its use.
+const TEST_PORTS: std::ops::Range<u16> = 20_000..32_000;
+
+/// A free TCP port on 127.0.0.1, never the same one twice in this process.
+///
+/// The port is released before use. Drawing from the kernel's ephemeral range once gave a test the
+/// same port for `--metrics-addr` and `--webhook-addr`, and any outgoing connection may occupy an
+/// ephemeral port too; so ports come from [`TEST_PORTS`], starting at a per-process pseudo-random
+/// offset (tests run as parallel processes), each checked bindable and remembered.
 pub fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
+    static NEXT: std::sync::Mutex<Option<u16>> = std::sync::Mutex::new(None);
+    let mut next = NEXT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let span = TEST_PORTS.end - TEST_PORTS.start;
+    let mut offset = next.unwrap_or_else(|| process_seed() % span);
+    for _ in 0..span {
+        let port = TEST_PORTS.start + offset;
+        offset = (offset + 1) % span;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            *next = Some(offset);
+            return port;
+        }
+    }
+    panic!("no free loopback port in {TEST_PORTS:?}");
+}
+
+/// A number that differs between concurrently running test processes.
+fn process_seed() -> u16 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    (hasher.finish() % u64::from(u16::MAX)) as u16
 }
 
 /// Waits until `port` accepts TCP connections or `child` exits, at most [`STARTUP`].
