@@ -647,3 +647,88 @@ async fn operator_killed_mid_sync_resumes_and_completes_exactly_once() {
         );
     }
 }
+
+/// The stuck-hook Application: a PreSync Job that never completes, then a ConfigMap; automated, with
+/// a retry policy that would retry a failed operation after a second.
+async fn start_stuck_hook_app(env: &AppEnv, name: &str) -> Recorder {
+    env.repo.copy_fixture("stuck-hook", "app");
+    env.repo.commit("a hook that never completes").await;
+    let rec = Recorder::start(&env.client().await, &env.ns, &["Job", "ConfigMap"]).await;
+    let mut spec = automated(false, false);
+    spec["syncPolicy"]["retry"] = json!({"limit": 3, "backoff": {"duration": "1s", "factor": 1}});
+    env.apply(&[application(&env.ns, name, &env.repo.url(), "app", &env.ns, spec)])
+        .await;
+    env.wait_object("Job", "stuck-migration", "is created (PreSync)", |j| j.is_some())
+        .await;
+    env.wait_app(name, "the operation waits on the hook", |a| {
+        operation_phase(a) == "Running"
+    })
+    .await;
+    rec
+}
+
+/// After a terminated operation: the running hook was deleted, the Sync phase never ran, and the
+/// operation is not retried (one Job ever) even though its retry policy would retry a failure.
+async fn assert_terminated_and_not_retried(env: &AppEnv, rec: &Recorder, name: &str, message: &str) {
+    let app = env
+        .wait_app(name, "the operation Failed", |a| operation_phase(a) == "Failed")
+        .await;
+    assert_eq!(text(&app, "/status/operationState/message"), message, "{app}");
+    env.wait_object(
+        "Job",
+        "stuck-migration",
+        "is deleted (a running hook of a terminated sync)",
+        |j| j.is_none(),
+    )
+    .await;
+    // A quiet window of several retry backoffs: a retry would create the hook again.
+    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    assert_eq!(rec.uids("Job", "stuck-migration").len(), 1, "{}", rec.trace());
+    assert!(rec.of("ConfigMap", "after-migration").is_empty(), "{}", rec.trace());
+    let app = env.app(name).await;
+    assert_eq!(operation_phase(&app), "Failed", "{app}");
+    assert_eq!(text(&app, "/status/operationState/message"), message, "{app}");
+    let hook = sync_result_entry(&app, "Job", "stuck-migration").expect("the hook is in the result");
+    assert_eq!(text(hook, "/hookPhase"), "Failed", "{hook}");
+}
+
+/// `argocd app terminate-op` with plain kubectl: the status patch that sets the operation's phase to
+/// `Terminating` stops a sync stuck on a hook.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_terminates_a_sync_stuck_on_a_hook_with_a_status_patch() {
+    let env = AppEnv::start("terminate").await;
+    let rec = start_stuck_hook_app(&env, "stuck").await;
+    env.cluster
+        .kubectl_ok(&[
+            "patch",
+            "-n",
+            &env.ns,
+            "capp",
+            "stuck",
+            "--subresource=status",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"status":{"operationState":{"phase":"Terminating"}}}"#,
+        ])
+        .await;
+    assert_terminated_and_not_retried(&env, &rec, "stuck", "Operation terminated").await;
+}
+
+/// `--sync-timeout`: a sync still running after the timeout is terminated the same way, and says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sync_timeout_terminates_a_sync_stuck_on_a_hook() {
+    let options = OperatorOptions {
+        extra_args: vec!["--sync-timeout".into(), "3s".into()],
+        ..OperatorOptions::default()
+    };
+    let env = AppEnv::start_with("synctimeout", options).await;
+    let rec = start_stuck_hook_app(&env, "stuck").await;
+    assert_terminated_and_not_retried(
+        &env,
+        &rec,
+        "stuck",
+        "Operation terminated: the operation exceeded the sync timeout (3s)",
+    )
+    .await;
+}

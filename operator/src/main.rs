@@ -63,6 +63,10 @@ struct RunArgs {
     /// when many Applications change together.
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..))]
     app_concurrency: u16,
+    /// A sync operation still running this long after it started is terminated: running hooks are
+    /// deleted and it ends Failed (Argo CD's `controller.sync.timeout.seconds`). `0` = never.
+    #[arg(long, default_value = "1h", value_parser = parse_duration)]
+    sync_timeout: Duration,
     /// Bound on one git network operation (ls-remote, fetch).
     #[arg(long, default_value = "90s", value_parser = parse_duration)]
     git_timeout: Duration,
@@ -122,6 +126,7 @@ async fn operate(args: RunArgs) -> anyhow::Result<()> {
         reconcile_interval: args.reconcile_interval,
         git_timeout,
         app_concurrency: args.app_concurrency,
+        sync_timeout: Some(args.sync_timeout).filter(|t| !t.is_zero()),
         wave_delay: parse_duration(&args.sync_wave_delay).map_err(|e| anyhow::anyhow!("--sync-wave-delay: {e}"))?,
         ..Settings::default()
     };

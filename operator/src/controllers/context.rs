@@ -29,6 +29,10 @@ const RENDER_CACHE_BYTES: usize = 256 << 20;
 /// Longest event note kept (the API limit is 1 KiB).
 const MAX_EVENT_NOTE: usize = 1000;
 
+/// Default of `--sync-timeout`: long enough for slow migrations, short enough that a hook that never
+/// completes does not hold an Application forever (Argo CD has no default; argo-cd#4811).
+pub const DEFAULT_SYNC_TIMEOUT: Duration = Duration::from_secs(3600);
+
 /// Operator-wide settings from the command line.
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -46,6 +50,9 @@ pub struct Settings {
     pub wave_delay: Duration,
     /// Applications reconciled at once (`--app-concurrency`).
     pub app_concurrency: u16,
+    /// A sync operation still running this long after its start is terminated (`--sync-timeout`;
+    /// `None` = never).
+    pub sync_timeout: Option<Duration>,
 }
 
 impl Default for Settings {
@@ -58,6 +65,7 @@ impl Default for Settings {
             refresh_coalesce: Duration::from_secs(1),
             wave_delay: crate::engine::plan::DEFAULT_WAVE_DELAY,
             app_concurrency: 32,
+            sync_timeout: Some(DEFAULT_SYNC_TIMEOUT),
         }
     }
 }

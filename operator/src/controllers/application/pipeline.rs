@@ -29,7 +29,7 @@ use crate::controllers::status::{now, write_status, FIELD_MANAGER};
 use crate::controllers::{Context, Error};
 use crate::engine::diff::DiffOptions;
 use crate::engine::object;
-use crate::engine::plan::{LiveObject, Step};
+use crate::engine::plan::{termination, LiveObject, Step};
 
 /// Requeue after a comparison error (source or destination trouble).
 const ERROR_REQUEUE: Duration = Duration::from_secs(30);
@@ -262,7 +262,13 @@ impl<'a> Pipeline<'a> {
     ) -> Result<Option<(Operation, Option<OperationState>)>, Error> {
         let current = self.app.status.as_ref().and_then(|s| s.operation_state.clone());
         if let Some(op) = current.as_ref().filter(|o| !sync::is_completed(o)) {
-            return Ok(Some((op.operation.clone(), Some(op.clone()))));
+            let mut op = op.clone();
+            if let Some(timeout) = self.ctx.settings.sync_timeout {
+                if termination::exceeded_timeout(&op, timeout, Timestamp::now()) {
+                    termination::terminate_for_timeout(&mut op, timeout);
+                }
+            }
+            return Ok(Some((op.operation.clone(), Some(op))));
         }
         if let Some(requested) = self.app.operation.clone() {
             return Ok(self.requested_operation(requested, current));
@@ -856,9 +862,12 @@ fn short(sha: &str) -> &str {
     sha.get(..7).unwrap_or(sha)
 }
 
-/// Whether a finished operation failed and carries a retry strategy.
+/// Whether a finished operation failed, carries a retry strategy and was not terminated (Argo CD does
+/// not retry a terminated operation).
 fn retryable(op: &OperationState) -> bool {
-    matches!(op.phase, OperationPhase::Failed | OperationPhase::Error) && op.operation.retry.is_some()
+    matches!(op.phase, OperationPhase::Failed | OperationPhase::Error)
+        && op.operation.retry.is_some()
+        && !termination::was_terminated(op)
 }
 
 enum RetryVerdict {

@@ -63,6 +63,7 @@ pub mod options;
 pub mod order;
 pub mod step;
 pub mod tasks;
+pub mod termination;
 
 #[cfg(test)]
 mod sim_tests;

@@ -939,7 +939,8 @@ impl<'i, 'a> Planner<'i, 'a> {
                 self.set_result(t, status, Some(OperationPhase::Failed), Some("Terminated".into()));
             }
         }
-        self.finish_with(OperationPhase::Failed, "Operation terminated", actions)
+        let message = super::termination::final_message(&self.st);
+        self.finish_with(OperationPhase::Failed, &message, actions)
     }
 
     // --- endings -----------------------------------------------------------------------------
