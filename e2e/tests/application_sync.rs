@@ -732,3 +732,45 @@ async fn the_sync_timeout_terminates_a_sync_stuck_on_a_hook() {
     )
     .await;
 }
+
+/// `syncPolicy.retry.refresh`: a sync that failed at one commit, with a long retry backoff, is retried
+/// at once with the fixing commit instead of retrying the broken one after the backoff.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_refresh_retries_a_failed_sync_with_the_new_commit_at_once() {
+    let env = AppEnv::start("retryrefresh").await;
+    // `spec` is not a ConfigMap field: strict field validation refuses the object.
+    let broken = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\nspec: {}\ndata:\n  mode: broken\n";
+    env.repo.write("app/settings.yaml", broken);
+    let bad = env.repo.commit("a ConfigMap the server refuses").await;
+    let mut spec = automated(false, false);
+    spec["syncPolicy"]["retry"] = json!({"limit": 5, "backoff": {"duration": "10m"}, "refresh": true});
+    env.apply(&[application(&env.ns, "retrying", &env.repo.url(), "app", &env.ns, spec)])
+        .await;
+    let app = env
+        .wait_app("retrying", "the sync at the broken commit Failed", |a| {
+            operation_phase(a) == "Failed"
+        })
+        .await;
+    assert_eq!(text(&app, "/status/operationState/syncResult/revision"), bad, "{app}");
+
+    env.repo.write(
+        "app/settings.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  mode: fixed\n",
+    );
+    let good = env.repo.commit("fix the ConfigMap").await;
+    env.refresh("retrying", "normal").await;
+    // The wait is far shorter than the 10-minute backoff: the retry did not wait for it.
+    let app = env
+        .wait_app("retrying", "the retry Succeeded at the fixing commit", |a| {
+            operation_phase(a) == "Succeeded"
+        })
+        .await;
+    assert_eq!(text(&app, "/status/operationState/syncResult/revision"), good, "{app}");
+    assert_eq!(
+        app.pointer("/status/operationState/retryCount").and_then(Value::as_i64),
+        Some(1),
+        "{app}"
+    );
+    let cm = env.must_get("ConfigMap", "settings").await;
+    assert_eq!(text(&cm, "/data/mode"), "fixed");
+}

@@ -274,7 +274,14 @@ impl<'a> Pipeline<'a> {
             return Ok(self.requested_operation(requested, current));
         }
         if let Some(last) = current.as_ref().filter(|o| retryable(o)) {
-            match retry_verdict(last) {
+            let verdict = retry_verdict(last);
+            let latest = rendered.map(|r| r.commit.as_str()).unwrap_or_default();
+            if !matches!(verdict, RetryVerdict::Exhausted) {
+                if let Some(next) = sync::refresh_retry(last, latest, Timestamp::now()) {
+                    return Ok(Some((next.operation.clone(), Some(next))));
+                }
+            }
+            match verdict {
                 RetryVerdict::Due => {
                     return Ok(Some((
                         last.operation.clone(),

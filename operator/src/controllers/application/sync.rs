@@ -212,10 +212,88 @@ pub fn restart(failed: &OperationState, now: Timestamp) -> OperationState {
     }
 }
 
+/// `syncPolicy.retry.refresh`: a failed operation pinned to a commit that is no longer the target is
+/// retried at once with `latest` instead of waiting for its backoff to retry the old commit. `None`
+/// when the strategy does not ask for it, the operation syncs another source (a rollback), or the
+/// commit is still the target.
+pub fn refresh_retry(failed: &OperationState, latest: &str, now: Timestamp) -> Option<OperationState> {
+    let strategy = failed.operation.retry.as_ref()?;
+    let sync = failed.operation.sync.as_ref()?;
+    let pinned = sync.revision.as_deref()?;
+    if !strategy.refresh || sync.source.is_some() || pinned == latest || latest.is_empty() {
+        return None;
+    }
+    let mut next = restart(failed, now);
+    if let Some(s) = next.operation.sync.as_mut() {
+        s.revision = Some(latest.to_string());
+    }
+    next.message = Some(format!(
+        "Retrying attempt #{} with the new revision {}",
+        next.retry_count.unwrap_or(1),
+        latest.get(..7).unwrap_or(latest)
+    ));
+    Some(next)
+}
+
 /// Whether an operation state is finished.
 pub fn is_completed(op: &OperationState) -> bool {
     matches!(
         op.phase,
         OperationPhase::Succeeded | OperationPhase::Failed | OperationPhase::Error
     )
+}
+
+#[cfg(test)]
+mod retry_tests {
+    use super::*;
+    use crate::api::application::{RetryStrategy, SyncOperation};
+
+    fn failed_at(revision: &str, refresh: bool) -> OperationState {
+        OperationState {
+            operation: Operation {
+                sync: Some(SyncOperation {
+                    revision: Some(revision.into()),
+                    ..SyncOperation::default()
+                }),
+                retry: Some(RetryStrategy {
+                    limit: Some(5),
+                    refresh,
+                    ..RetryStrategy::default()
+                }),
+                ..Operation::default()
+            },
+            phase: OperationPhase::Failed,
+            retry_count: Some(1),
+            ..OperationState::default()
+        }
+    }
+
+    #[test]
+    fn refresh_restarts_a_failed_retry_on_the_new_commit_only_when_asked() {
+        let now = Timestamp::from_second(100).unwrap();
+        let next = refresh_retry(&failed_at("aaaaaaaa", true), "bbbbbbbbb", now).expect("a restart");
+        assert_eq!(next.phase, OperationPhase::Running);
+        assert_eq!(
+            next.operation.sync.as_ref().and_then(|s| s.revision.as_deref()),
+            Some("bbbbbbbbb")
+        );
+        assert_eq!(next.retry_count, Some(2));
+        assert_eq!(
+            next.message.as_deref(),
+            Some("Retrying attempt #2 with the new revision bbbbbbb")
+        );
+        assert!(
+            refresh_retry(&failed_at("aaaaaaaa", false), "bbbbbbbbb", now).is_none(),
+            "not asked"
+        );
+        assert!(
+            refresh_retry(&failed_at("aaaaaaaa", true), "aaaaaaaa", now).is_none(),
+            "same commit"
+        );
+        let mut rollback = failed_at("aaaaaaaa", true);
+        if let Some(s) = rollback.operation.sync.as_mut() {
+            s.source = Some(Default::default());
+        }
+        assert!(refresh_retry(&rollback, "bbbbbbbbb", now).is_none(), "another source");
+    }
 }
