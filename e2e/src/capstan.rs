@@ -974,6 +974,22 @@ impl AppEnv {
         .await
     }
 
+    /// Waits until the Application `name` no longer exists (its finalizers are all removed).
+    pub async fn wait_app_gone(&self, name: &str) {
+        let client = self.client().await;
+        let what = format!("Application {}/{name} is gone", self.ns);
+        self.eventually(&what, APP_TIMEOUT, || {
+            let client = client.clone();
+            async move {
+                match get_object(&client, &self.ns, "Application", name).await {
+                    None => Ok(()),
+                    Some(app) => Err(summarize_app(&app)),
+                }
+            }
+        })
+        .await
+    }
+
     /// Waits until the Application is Synced and Healthy with no operation running.
     pub async fn wait_synced_healthy(&self, name: &str) -> Value {
         self.wait_app(name, "Synced and Healthy, no operation running", synced_healthy)

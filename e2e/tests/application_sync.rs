@@ -774,3 +774,128 @@ async fn retry_refresh_retries_a_failed_sync_with_the_new_commit_at_once() {
     let cm = env.must_get("ConfigMap", "settings").await;
     assert_eq!(text(&cm, "/data/mode"), "fixed");
 }
+
+/// The resourceVersion at which the recorder saw `kind/name` deleted, once it has.
+async fn seen_deleted(rec: &Recorder, kind: &str, name: &str) -> u64 {
+    let deleted = || rec.of(kind, name).iter().find(|s| s.deleted).map(|s| s.rv);
+    capstan_e2e::wait_until(
+        &format!("the recorder to see {kind}/{name} deleted"),
+        TIMEOUT,
+        POLL,
+        || async { deleted().is_some() },
+    )
+    .await;
+    deleted().unwrap_or_default()
+}
+
+/// The delete-hooks Application with the resources finalizer, synced; its finalizers now hold it for
+/// the PreDelete and PostDelete stages, and neither hook ran during the sync.
+async fn start_delete_hooks_app(env: &AppEnv, name: &str, fixture_change: Option<(&str, &str)>) {
+    env.repo.copy_fixture("delete-hooks", "app");
+    if let Some((path, content)) = fixture_change {
+        env.repo.write(path, content);
+    }
+    env.repo.commit("an application with deletion hooks").await;
+    let mut app = application(&env.ns, name, &env.repo.url(), "app", &env.ns, automated(true, false));
+    app["metadata"]["finalizers"] = json!(["capstan.dev/resources"]);
+    env.apply(&[app]).await;
+    let app = env
+        .wait_app(name, "synced, and held for its deletion hooks", |a| {
+            let finalizers = a
+                .pointer("/metadata/finalizers")
+                .map(Value::to_string)
+                .unwrap_or_default();
+            synced_healthy(a)
+                && finalizers.contains("capstan.dev/pre-delete-hooks")
+                && finalizers.contains("capstan.dev/post-delete-hooks")
+        })
+        .await;
+    assert!(env.get("Job", "backup").await.is_none(), "PreDelete ran at sync: {app}");
+    assert!(
+        env.get("Job", "farewell").await.is_none(),
+        "PostDelete ran at sync: {app}"
+    );
+}
+
+/// Deleting an Application runs its PreDelete hooks to completion, then deletes its resources, then
+/// runs its PostDelete hooks, deletes them, and lets the Application go (argo-flux-semantics §2.8).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletion_runs_predelete_hooks_then_deletes_resources_then_runs_postdelete_hooks() {
+    let env = AppEnv::start("deletehooks").await;
+    start_delete_hooks_app(&env, "hooked", None).await;
+    let rec = Recorder::start(&env.client().await, &env.ns, &["Job", "ConfigMap"]).await;
+    env.cluster
+        .kubectl_ok(&["delete", "capp", "hooked", "-n", &env.ns, "--wait=false"])
+        .await;
+    env.wait_app_gone("hooked").await;
+
+    let data_deleted = seen_deleted(&rec, "ConfigMap", "app-data").await;
+    before(
+        &rec,
+        "the PreDelete hook to complete before the resources are deleted",
+        rec.first_where("Job", "backup", job_complete),
+        Some(data_deleted),
+    );
+    before(
+        &rec,
+        "the resources to be deleted before the PostDelete hook is created",
+        Some(data_deleted),
+        rec.created("Job", "farewell"),
+    );
+    let farewell_deleted = seen_deleted(&rec, "Job", "farewell").await;
+    before(
+        &rec,
+        "the PostDelete hook to complete before it is deleted",
+        rec.first_where("Job", "farewell", job_complete),
+        Some(farewell_deleted),
+    );
+    seen_deleted(&rec, "Job", "backup").await;
+    for hook in ["backup", "farewell"] {
+        assert_eq!(rec.uids("Job", hook).len(), 1, "{hook} ran once\n{}", rec.trace());
+    }
+}
+
+/// A failing PreDelete hook stops the deletion before anything is deleted, says so in `DeletionError`,
+/// and the orphan annotation is the way out (resources left in place, no PostDelete hook).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_predelete_hook_stops_the_deletion_until_orphaned() {
+    let env = AppEnv::start("predeletefail").await;
+    let failing = "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: backup\n  annotations:\n    \
+                   argocd.argoproj.io/hook: PreDelete\n    devcluster.capstan.dev/behavior: fail\nspec:\n  \
+                   backoffLimit: 0\n  template:\n    spec:\n      restartPolicy: Never\n      containers:\n      \
+                   - name: main\n        image: busybox:1.36\n";
+    start_delete_hooks_app(&env, "hooked", Some(("app/predelete-backup.yaml", failing))).await;
+    env.cluster
+        .kubectl_ok(&["delete", "capp", "hooked", "-n", &env.ns, "--wait=false"])
+        .await;
+    let app = env
+        .wait_app("hooked", "DeletionError names the failed hook", |a| {
+            condition(a, "DeletionError")
+                .is_some_and(|c| text(c, "/message").contains("PreDelete hook Job/backup failed"))
+        })
+        .await;
+    assert!(
+        env.get("ConfigMap", "app-data").await.is_some(),
+        "deleted despite the failed hook: {app}"
+    );
+
+    env.cluster
+        .kubectl_ok(&[
+            "annotate",
+            "capp",
+            "hooked",
+            "-n",
+            &env.ns,
+            "capstan.dev/deletion-policy=orphan",
+        ])
+        .await;
+    env.wait_app_gone("hooked").await;
+    assert!(
+        env.get("ConfigMap", "app-data").await.is_some(),
+        "orphaning deleted the resources"
+    );
+    assert!(
+        env.get("Job", "farewell").await.is_none(),
+        "PostDelete ran for an orphaned deletion"
+    );
+}

@@ -21,9 +21,8 @@
 
 use std::time::Duration;
 
-use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::api::labels::RESOURCES_FINALIZER;
 use crate::api::Application;
@@ -139,27 +138,18 @@ pub async fn delete_tracked(
     }
 }
 
-/// Removes the cascade finalizers from `app` (a JSON patch guarded by the finalizers it read).
-pub async fn remove_finalizers(api: &Api<Application>, app: &Application) -> Result<(), kube::Error> {
+/// Removes `names` from `app`'s finalizers (a JSON patch guarded by the finalizers it read).
+pub async fn remove_finalizers(api: &Api<Application>, app: &Application, names: &[&str]) -> Result<(), kube::Error> {
     let remaining: Vec<String> = app
         .finalizers()
         .iter()
-        .filter(|f| !CASCADE_FINALIZERS.contains(&f.as_str()))
+        .filter(|f| !names.contains(&f.as_str()))
         .cloned()
         .collect();
-    let patch: json_patch::Patch = serde_json::from_value(json!([
-        {"op": "test", "path": "/metadata/finalizers", "value": app.finalizers()},
-        {"op": "replace", "path": "/metadata/finalizers", "value": remaining},
-    ]))
-    .map_err(kube::Error::SerdeError)?;
-    match api
-        .patch(&app.name_any(), &PatchParams::default(), &Patch::Json::<()>(patch))
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(e),
+    if remaining.len() == app.finalizers().len() {
+        return Ok(());
     }
+    super::delete_hooks::patch_finalizers(api, app, &remaining).await
 }
 
 #[cfg(test)]

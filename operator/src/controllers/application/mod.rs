@@ -38,6 +38,7 @@
 //! [`RevisionNotifier`]: crate::controllers::notifier::RevisionNotifier
 
 pub mod compare;
+pub mod delete_hooks;
 pub mod deletion;
 pub mod dependencies;
 pub mod executor;

@@ -11,6 +11,7 @@ use kube::{Api, ResourceExt};
 use serde_json::{json, Value};
 
 use super::compare::{self, LiveView};
+use super::delete_hooks::{self, StageStep};
 use super::deletion::{self, Progress};
 use super::executor::Owner;
 use super::policy::{self, AutoDecision, AutoInput};
@@ -29,6 +30,7 @@ use crate::controllers::status::{now, write_status, FIELD_MANAGER};
 use crate::controllers::{Context, Error};
 use crate::engine::diff::DiffOptions;
 use crate::engine::object;
+use crate::engine::plan::delete_hooks::Stage;
 use crate::engine::plan::{termination, LiveObject, Step};
 
 /// Requeue after a comparison error (source or destination trouble).
@@ -175,6 +177,13 @@ impl<'a> Pipeline<'a> {
                 None
             }
         };
+
+        if let Some(r) = &rendered {
+            // Deletion hooks need the Application held by a finalizer before anyone deletes it.
+            if let Err(e) = delete_hooks::ensure_finalizers(&self.api, self.app, &r.objects).await {
+                tracing::warn!(error = %e, "adding the deletion-hook finalizers failed; retried next reconcile");
+            }
+        }
 
         // 4. live
         let dest_ns = self.app.spec.destination.namespace.clone().unwrap_or_default();
@@ -704,12 +713,19 @@ impl<'a> Pipeline<'a> {
     }
 }
 
-/// Cleanup: cascade deletion when a cascade finalizer is present (see [`deletion`]).
+/// Cleanup of a deleted Application, one stage per reconcile while its finalizers hold it: the
+/// PreDelete hooks, the cascade deletion of the managed resources (see [`deletion`]), the PostDelete
+/// hooks (see [`delete_hooks`]). Each stage removes its own finalizer when done.
 async fn cleanup(app: &Application, ctx: &Context, state: &Arc<State>) -> Result<Action, Error> {
-    let finalizers = deletion::cascade_finalizers(app);
+    let finalizers = app.finalizers().to_vec();
+    let cascade = deletion::cascade_finalizers(app);
+    let (pre, post) = (
+        Stage::PreDelete.is_held(&finalizers),
+        Stage::PostDelete.is_held(&finalizers),
+    );
     let ns = app.namespace().unwrap_or_default();
     let api: Api<Application> = Api::namespaced(ctx.client.clone(), &ns);
-    if finalizers.is_empty() {
+    if cascade.is_empty() && !pre && !post {
         state.forget(ctx, app);
         return Ok(Action::await_change());
     }
@@ -719,7 +735,7 @@ async fn cleanup(app: &Application, ctx: &Context, state: &Arc<State>) -> Result
             ctx,
             state,
             &api,
-            "deletion-policy orphan: managed resources left in place",
+            "deletion-policy orphan: managed resources left in place, no deletion hooks run",
         )
         .await;
     }
@@ -736,22 +752,112 @@ async fn cleanup(app: &Application, ctx: &Context, state: &Arc<State>) -> Result
         }
         Err(e) => return deletion_failure(app, ctx, state, &api, &e.to_string()).await,
     };
-    let instance = app_instance_id(&ns, &app.name_any());
-    let previous = app.status.as_ref().map(|s| s.resources.as_slice()).unwrap_or_default();
-    let kinds = compare::kinds_to_watch(&[], previous);
-    let view = compare::observe(&dest.cluster, &instance, &kinds, &[], "").await;
-    if !view.complete {
-        return Ok(Action::requeue(deletion::DELETE_POLL));
+    if pre {
+        return hook_stage(Stage::PreDelete, app, ctx, state, &api, &dest).await;
     }
-    let propagation = deletion::propagation(&finalizers);
-    match deletion::delete_tracked(&dest.cluster, &ns, &app.name_any(), &view.own, propagation).await {
-        Ok(Progress::Done) => release(app, ctx, state, &api, "managed resources deleted").await,
-        Ok(Progress::Deleting(_) | Progress::Waiting) => Ok(Action::requeue(deletion::DELETE_POLL)),
-        Err(e) => deletion_failure(app, ctx, state, &api, &e.to_string()).await,
+    if !cascade.is_empty() {
+        let instance = app_instance_id(&ns, &app.name_any());
+        let previous = app.status.as_ref().map(|s| s.resources.as_slice()).unwrap_or_default();
+        let kinds = compare::kinds_to_watch(&[], previous);
+        let view = compare::observe(&dest.cluster, &instance, &kinds, &[], "").await;
+        if !view.complete {
+            return Ok(Action::requeue(deletion::DELETE_POLL));
+        }
+        let propagation = deletion::propagation(&cascade);
+        return match deletion::delete_tracked(&dest.cluster, &ns, &app.name_any(), &view.own, propagation).await {
+            Ok(Progress::Done) if post => {
+                let names: Vec<&str> = cascade.iter().map(String::as_str).collect();
+                deletion::remove_finalizers(&api, app, &names).await.map_err(kube_err)?;
+                Ok(Action::requeue(delete_hooks::HOOK_POLL))
+            }
+            Ok(Progress::Done) => release(app, ctx, state, &api, "managed resources deleted").await,
+            Ok(Progress::Deleting(_) | Progress::Waiting) => Ok(Action::requeue(deletion::DELETE_POLL)),
+            Err(e) => deletion_failure(app, ctx, state, &api, &e.to_string()).await,
+        };
+    }
+    hook_stage(Stage::PostDelete, app, ctx, state, &api, &dest).await
+}
+
+/// One step of a deletion hook stage: renders the manifests at the synced revision, creates or waits
+/// for the stage's hooks, and when they completed removes the stage's finalizers, then the hooks.
+async fn hook_stage(
+    stage: Stage,
+    app: &Application,
+    ctx: &Context,
+    state: &Arc<State>,
+    api: &Api<Application>,
+    dest: &ResolvedDestination,
+) -> Result<Action, Error> {
+    let pipeline = Pipeline::new(app, ctx, state)?;
+    let synced = app
+        .status
+        .as_ref()
+        .and_then(|s| s.sync.as_ref())
+        .and_then(|s| s.revision.clone())
+        .filter(|r| !r.is_empty())
+        .unwrap_or_else(|| target_revision(&app.spec.source));
+    let rendered = match pipeline.render(&app.spec.source, &synced, false, false).await {
+        Ok(r) => r,
+        Err(p) => {
+            let message = format!(
+                "{stage:?} hooks: the manifests at {} cannot be rendered: {}",
+                short(&synced),
+                p.message
+            );
+            return deletion_failure(app, ctx, state, api, &message).await;
+        }
+    };
+    let dest_ns = app.spec.destination.namespace.clone().unwrap_or_default();
+    let owner = (pipeline.ns.as_str(), pipeline.name.as_str());
+    let step = delete_hooks::advance(stage, &dest.cluster, owner, &rendered.objects, &dest_ns).await;
+    match step {
+        Ok(StageStep::Waiting) => Ok(Action::requeue(deletion::DELETE_POLL)),
+        Ok(StageStep::Running(created)) => {
+            if !created.is_empty() {
+                let note = format!("running {stage:?} hook(s): {}", created.join(", "));
+                ctx.publish_event(
+                    &event_ref(app),
+                    EventType::Normal,
+                    "DeletionHooksRunning",
+                    "Delete",
+                    &note,
+                )
+                .await;
+            }
+            Ok(Action::requeue(delete_hooks::HOOK_POLL))
+        }
+        Ok(StageStep::Failed(message)) => report_deletion_error(app, api, &message).await,
+        Ok(StageStep::Done(hooks)) => {
+            // The finalizer goes first: once it is gone no reconcile runs this stage again, so a hook
+            // never runs twice even if deleting it fails.
+            deletion::remove_finalizers(api, app, &stage.finalizers())
+                .await
+                .map_err(kube_err)?;
+            delete_hooks::delete_hooks(&dest.cluster, &hooks).await;
+            if !hooks.is_empty() {
+                let note = format!("{stage:?} hooks completed");
+                ctx.publish_event(
+                    &event_ref(app),
+                    EventType::Normal,
+                    "DeletionHooksCompleted",
+                    "Delete",
+                    &note,
+                )
+                .await;
+            }
+            let later_stages = !deletion::cascade_finalizers(app).is_empty()
+                || (stage == Stage::PreDelete && Stage::PostDelete.is_held(app.finalizers()));
+            if later_stages {
+                return Ok(Action::requeue(delete_hooks::HOOK_POLL));
+            }
+            state.forget(ctx, app);
+            Ok(Action::await_change())
+        }
+        Err(e) => deletion_failure(app, ctx, state, api, &e.to_string()).await,
     }
 }
 
-/// Removes the cascade finalizers and forgets the Application.
+/// Removes every finalizer Capstan handles (cascade and deletion hooks) and forgets the Application.
 async fn release(
     app: &Application,
     ctx: &Context,
@@ -759,12 +865,15 @@ async fn release(
     api: &Api<Application>,
     why: &str,
 ) -> Result<Action, Error> {
-    deletion::remove_finalizers(api, app).await.map_err(kube_err)?;
+    let mut names: Vec<&str> = deletion::CASCADE_FINALIZERS.to_vec();
+    names.extend(Stage::PreDelete.finalizers());
+    names.extend(Stage::PostDelete.finalizers());
+    deletion::remove_finalizers(api, app, &names).await.map_err(kube_err)?;
     tracing::info!(
         controller = CONTROLLER,
         namespace = app.namespace(),
         name = app.name_any(),
-        "finalizer removed: {why}"
+        "finalizers removed: {why}"
     );
     state.forget(ctx, app);
     Ok(Action::await_change())
@@ -781,36 +890,44 @@ async fn deletion_failure(
 ) -> Result<Action, Error> {
     let attempts = state.deletion_failed(app);
     if attempts >= deletion::MAX_ATTEMPTS {
-        let message = format!(
-            "cascade deletion failed {attempts} times: {message}. Fix the cause, or leave the resources behind with \
-             `kubectl annotate capp {} capstan.dev/deletion-policy=orphan`, or remove the finalizer with \
-             `kubectl patch capp {} --type=json -p='[{{\"op\":\"remove\",\"path\":\"/metadata/finalizers\"}}]'`",
-            app.name_any(),
-            app.name_any()
-        );
-        let spec = app.spec.clone();
-        let input = StatusInput {
-            old: app.status.as_ref(),
-            generation: app.metadata.generation,
-            spec: &spec,
-            compared: None,
-            comparison_error: None,
-            operation_state: None,
-            record_history: false,
-            sync_error: None,
-            dependency: None,
-            deletion_error: Some(Problem::new("DeletionFailed", message)),
-            invalid_spec: None,
-            now: now(),
-        };
-        let new = status::compute(&input);
-        write_status(api, app, app.status.as_ref(), &new)
-            .await
-            .map_err(kube_err)?;
+        let message = format!("cascade deletion failed {attempts} times: {message}");
+        report_deletion_error(app, api, &message).await?;
     }
     let delay = policy::backoff(Duration::from_secs(2), 2, Duration::from_secs(60), attempts);
     let _ = ctx;
     Ok(Action::requeue(delay))
+}
+
+/// Writes the `DeletionError` condition with `message` and the ways out; looks again later (a failed
+/// hook may be fixed by hand, or the Application annotated to be orphaned).
+async fn report_deletion_error(app: &Application, api: &Api<Application>, message: &str) -> Result<Action, Error> {
+    let message = format!(
+        "{message}. Fix the cause, or leave the resources behind with \
+         `kubectl annotate capp {} capstan.dev/deletion-policy=orphan`, or remove the finalizers with \
+         `kubectl patch capp {} --type=json -p='[{{\"op\":\"remove\",\"path\":\"/metadata/finalizers\"}}]'`",
+        app.name_any(),
+        app.name_any()
+    );
+    let spec = app.spec.clone();
+    let input = StatusInput {
+        old: app.status.as_ref(),
+        generation: app.metadata.generation,
+        spec: &spec,
+        compared: None,
+        comparison_error: None,
+        operation_state: None,
+        record_history: false,
+        sync_error: None,
+        dependency: None,
+        deletion_error: Some(Problem::new("DeletionFailed", message)),
+        invalid_spec: None,
+        now: now(),
+    };
+    let new = status::compute(&input);
+    write_status(api, app, app.status.as_ref(), &new)
+        .await
+        .map_err(kube_err)?;
+    Ok(Action::requeue(deletion::DELETE_POLL.max(delete_hooks::HOOK_POLL) * 5))
 }
 
 /// The target revision, `HEAD` when unset.

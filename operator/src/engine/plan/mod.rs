@@ -59,6 +59,7 @@
 //! The planner never prunes when the manifests could not be rendered, and waits (doing nothing) while the live
 //! cache is incomplete; it only ever prunes live objects whose tracking annotation names this Application.
 
+pub mod delete_hooks;
 pub mod options;
 pub mod order;
 pub mod step;

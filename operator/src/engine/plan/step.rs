@@ -1030,7 +1030,7 @@ fn is_terminating(obj: &Value) -> bool {
 
 /// `getOperationPhase`: a hook's phase from its health. No health → Succeeded; Unknown/Degraded → Failed;
 /// Progressing/Suspended → Running; Healthy → Succeeded.
-fn hook_phase(live: &LiveObject) -> (OperationPhase, Option<String>) {
+pub(super) fn hook_phase(live: &LiveObject) -> (OperationPhase, Option<String>) {
     let created = Some(format!("{} created", object::name(&live.object)));
     let Some(h) = &live.health else {
         return (OperationPhase::Succeeded, created);

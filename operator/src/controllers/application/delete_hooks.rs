@@ -1,0 +1,135 @@
+//! PreDelete and PostDelete hooks against the cluster: the finalizers that hold an alive Application
+//! for them, and one step of a stage during deletion. What a stage is and when it is done is decided
+//! by `engine::plan::delete_hooks` (pure); this module creates the hooks, deletes them when the stage
+//! is done, and patches the finalizers.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::api::{Patch, PatchParams};
+use kube::{Api, ResourceExt};
+use serde_json::{json, Value};
+
+use crate::api::Application;
+use crate::cluster::ops::{self, ApplyOptions, DeleteOptions, Propagation};
+use crate::cluster::{app_instance_id, ClusterError, ClusterHandle};
+use crate::engine::object;
+use crate::engine::plan::delete_hooks::{judge, missing_finalizers, stage_hooks, Stage, Verdict};
+
+use super::compare::{self, gvk_of, with_tracking};
+
+/// Requeue while hooks run (their changes also wake the Application through the live cache).
+pub const HOOK_POLL: Duration = Duration::from_secs(2);
+
+/// What one step of a stage came to.
+#[derive(Debug)]
+pub enum StageStep {
+    /// The stage is done: its finalizers may go; these live hooks are deleted afterwards.
+    Done(Vec<Arc<Value>>),
+    /// Hooks were created or are running (`Kind/name` of the created ones, for the event).
+    Running(Vec<String>),
+    /// The live cache is not complete yet.
+    Waiting,
+    /// A hook failed or cannot run.
+    Failed(String),
+}
+
+/// Adds the finalizers for the deletion stages `desired` has hooks for (a JSON patch guarded by the
+/// finalizers read, so a concurrent change is a conflict retried by the next reconcile).
+pub async fn ensure_finalizers(
+    api: &Api<Application>,
+    app: &Application,
+    desired: &[Value],
+) -> Result<(), kube::Error> {
+    let missing = missing_finalizers(desired, app.finalizers());
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let mut wanted: Vec<String> = app.finalizers().to_vec();
+    wanted.extend(missing.iter().map(|f| f.to_string()));
+    patch_finalizers(api, app, &wanted).await
+}
+
+/// Sets `metadata.finalizers` to `wanted`, guarded by the finalizers `app` carries.
+pub async fn patch_finalizers(api: &Api<Application>, app: &Application, wanted: &[String]) -> Result<(), kube::Error> {
+    let current = app.finalizers();
+    let ops = if current.is_empty() {
+        json!([{"op": "add", "path": "/metadata/finalizers", "value": wanted}])
+    } else {
+        json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": current},
+            {"op": "replace", "path": "/metadata/finalizers", "value": wanted},
+        ])
+    };
+    let patch: json_patch::Patch = serde_json::from_value(ops).map_err(kube::Error::SerdeError)?;
+    match api
+        .patch(&app.name_any(), &PatchParams::default(), &Patch::Json::<()>(patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// One step of `stage` for the Application `app_ns/app_name`: creates the hooks not seen live yet
+/// (server-side apply, tracked like any managed object) and reports where the stage stands.
+pub async fn advance(
+    stage: Stage,
+    cluster: &ClusterHandle,
+    (app_ns, app_name): (&str, &str),
+    desired: &[Value],
+    dest_ns: &str,
+) -> Result<StageStep, ClusterError> {
+    let raw: Vec<Value> = stage_hooks(desired, stage).into_iter().cloned().collect();
+    if raw.is_empty() {
+        return Ok(StageStep::Done(Vec::new()));
+    }
+    let instance = app_instance_id(app_ns, app_name);
+    let kinds = compare::kinds_to_watch(&raw, &[]);
+    let view = compare::observe(cluster, &instance, &kinds, &raw, dest_ns).await;
+    if !view.complete {
+        return Ok(StageStep::Waiting);
+    }
+    let hooks: Vec<Value> = raw.iter().map(|h| compare::with_namespace(h, &view, dest_ns)).collect();
+    let refs: Vec<&Value> = hooks.iter().collect();
+    match judge(stage, &refs, &view.own) {
+        Verdict::Failed(message) => Ok(StageStep::Failed(message)),
+        Verdict::Done { delete } => Ok(StageStep::Done(delete)),
+        Verdict::Pending { create, .. } => {
+            let opts = ApplyOptions {
+                dry_run: false,
+                force: true,
+                validate: Some(true),
+            };
+            let mut created = Vec::new();
+            for hook in create {
+                ops::apply(cluster, &with_tracking(hook, app_ns, app_name), &opts).await?;
+                created.push(format!("{}/{}", object::kind(hook), object::name(hook)));
+            }
+            Ok(StageStep::Running(created))
+        }
+    }
+}
+
+/// Deletes the hooks of a finished stage; failures are logged (the stage is over either way).
+pub async fn delete_hooks(cluster: &ClusterHandle, hooks: &[Arc<Value>]) {
+    for hook in hooks {
+        let Some(gvk) = gvk_of(hook) else { continue };
+        let opts = DeleteOptions {
+            propagation: Propagation::Background,
+            uid: hook
+                .pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            dry_run: false,
+        };
+        let (ns, name) = (object::namespace(hook), object::name(hook));
+        match ops::delete(cluster, &gvk, ns, name, &opts).await {
+            Ok(_) | Err(ClusterError::NotFound(_) | ClusterError::Conflict(_)) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, namespace = ns, name, "a completed deletion hook could not be deleted")
+            }
+        }
+    }
+}
