@@ -569,6 +569,7 @@ pub fn resource(kind: &str) -> ApiResource {
         "Application" => ("capstan.dev", "v1alpha1", "applications"),
         "Cluster" => ("capstan.dev", "v1alpha1", "clusters"),
         "Repository" => ("capstan.dev", "v1alpha1", "repositories"),
+        "PolicySet" => ("capstan.dev", "v1alpha1", "policysets"),
         other => panic!("no API resource known for kind {other}"),
     };
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)

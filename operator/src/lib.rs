@@ -8,6 +8,7 @@ pub mod crdgen;
 pub mod engine;
 pub mod http;
 pub mod metrics;
+pub mod policy;
 pub mod render;
 pub mod source;
 pub mod telemetry;

@@ -36,6 +36,8 @@ pub const CONDITION_SHARED_RESOURCE_WARNING: &str = "SharedResourceWarning";
 pub const CONDITION_ORPHANED_RESOURCE_WARNING: &str = "OrphanedResourceWarning";
 /// A PolicySet with `enforcement: Deny` denies the sync; the message lists each denial.
 pub const CONDITION_POLICY_DENIED: &str = "PolicyDenied";
+/// A PolicySet with `enforcement: Warn` (or a `warn` rule) has something to say; never blocks.
+pub const CONDITION_POLICY_WARNING: &str = "PolicyWarning";
 
 // Condition types: ApplicationSet (Argo CD's).
 

@@ -94,6 +94,8 @@ pub struct Context {
     renderer: Arc<CachingRenderer>,
     /// Helm and Kustomize binaries.
     binaries: Binaries,
+    /// Compiled PolicySets, shared by the controllers that evaluate or report them.
+    pub policies: crate::policy::Cache,
 }
 
 impl std::fmt::Debug for Context {
@@ -128,6 +130,7 @@ impl Context {
             clusters: None,
             renderer: Arc::new(CachingRenderer::new(RENDER_CACHE_BYTES)),
             binaries: Binaries::default(),
+            policies: crate::policy::Cache::default(),
         }
     }
 

@@ -23,6 +23,8 @@ pub mod context;
 pub mod error;
 pub mod git_access;
 pub mod notifier;
+pub mod policy_access;
+pub mod policy_set;
 pub mod repository;
 pub mod status;
 
@@ -87,6 +89,7 @@ impl ControllerName {
             ControllerName::Repository
                 | ControllerName::Application
                 | ControllerName::Cluster
+                | ControllerName::PolicySet
                 | ControllerName::ApplicationSet
         )
     }
@@ -221,6 +224,7 @@ pub async fn run(ctx: Arc<Context>, controllers: &ControllerSet, shutdown: Shutd
             ControllerName::Repository => tasks.spawn(async move { (name, repository::run(ctx, shutdown).await) }),
             ControllerName::Application => tasks.spawn(async move { (name, application::run(ctx, shutdown).await) }),
             ControllerName::Cluster => tasks.spawn(async move { (name, cluster::run(ctx, shutdown).await) }),
+            ControllerName::PolicySet => tasks.spawn(async move { (name, policy_set::run(ctx, shutdown).await) }),
             ControllerName::ApplicationSet => {
                 tasks.spawn(async move { (name, application_set::run(ctx, shutdown).await) })
             }

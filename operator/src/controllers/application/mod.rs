@@ -54,6 +54,7 @@ mod tests;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -70,7 +71,7 @@ use super::error::{error_policy, Error};
 use super::notifier::owner_key;
 use super::{instrumented, lock, ns_name, Context, Shutdown};
 use crate::api::application::{HealthStatusCode, OperationPhase, SyncStatusCode};
-use crate::api::{Application, Repository};
+use crate::api::{Application, PolicySet, Repository};
 use crate::cluster::ClusterHandle;
 
 pub use pipeline::reconcile;
@@ -85,6 +86,9 @@ pub const MAX_JITTER: Duration = Duration::from_secs(60);
 pub struct State {
     repositories: OnceLock<Store<Repository>>,
     applications: OnceLock<Store<Application>>,
+    policy_sets: OnceLock<Store<PolicySet>>,
+    /// The PolicySet watch has listed once: until then no sync may start (fail closed).
+    policies_listed: AtomicBool,
     resolutions: Mutex<HashMap<String, Resolution>>,
     forced: Mutex<HashSet<String>>,
     /// Applications whose last network resolution of their revision failed: until one succeeds, cached
@@ -105,6 +109,8 @@ impl State {
         let state = State {
             repositories: OnceLock::new(),
             applications: OnceLock::new(),
+            policy_sets: OnceLock::new(),
+            policies_listed: AtomicBool::new(false),
             resolutions: Mutex::default(),
             forced: Mutex::default(),
             unresolved: Mutex::default(),
@@ -121,6 +127,17 @@ impl State {
     /// Repositories (empty before the watch started, or in tests).
     pub fn repositories(&self) -> Vec<Arc<Repository>> {
         self.repositories.get().map(|s| s.state()).unwrap_or_default()
+    }
+
+    /// PolicySets (empty before the watch started, or in tests).
+    pub fn policy_sets(&self) -> Vec<Arc<PolicySet>> {
+        self.policy_sets.get().map(|s| s.state()).unwrap_or_default()
+    }
+
+    /// Whether PolicySets are known: listed by the watch, or no watch at all (tests that build the
+    /// state by hand have none).
+    pub fn policies_synced(&self) -> bool {
+        self.policy_sets.get().is_none() || self.policies_listed.load(Ordering::Acquire)
     }
 
     /// Applications (empty before the watch started, or in tests).
@@ -333,6 +350,18 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) -> anyhow::Result<()> {
         .reflect(repo_writer)
         .touched_objects();
     let _ = state.repositories.set(repo_reader);
+    let (policy_reader, policy_writer) = reflector::store();
+    let listed_state = Arc::clone(&state);
+    let policy_sets = watcher(Api::<PolicySet>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .reflect(policy_writer)
+        .inspect(move |event| {
+            if matches!(event, Ok(watcher::Event::InitDone)) {
+                listed_state.policies_listed.store(true, Ordering::Release);
+            }
+        })
+        .touched_objects();
+    let _ = state.policy_sets.set(policy_reader);
     let _ = state.applications.set(reader.clone());
     // Every Application event (status included): dependents react to their dependencies, and deleted
     // Applications are forgotten (metrics series, tracked refs).
@@ -356,11 +385,15 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) -> anyhow::Result<()> {
     spawn_revision_listener(&ctx, &state, reader.clone());
     spawn_repository_drain(repos);
     let mapper_store = reader.clone();
+    let (policy_store, operator_ns) = (reader.clone(), ctx.namespace().to_string());
     // NB: not a plain `wait_until_ready` in a task: kube-runtime wakes only one waiter.
     crate::controllers::mark_ready_when_synced(Arc::clone(&ctx), CONTROLLER, reader.clone());
     Controller::for_stream(apps, reader)
         .watches_stream(peers_stream, move |app: Application| {
             dependents_of(&mapper_store.state(), &app)
+        })
+        .watches_stream(policy_sets, move |set: PolicySet| {
+            governed_by(&policy_store.state(), &set, &operator_ns)
         })
         .reconcile_on(UnboundedReceiverStream::new(triggers))
         .with_config(kube::runtime::controller::Config::default().concurrency(ctx.settings.app_concurrency))
@@ -386,6 +419,14 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) -> anyhow::Result<()> {
         })
         .await;
     Ok(())
+}
+
+/// The Applications a PolicySet applies to (re-evaluated when it changes).
+fn governed_by(apps: &[Arc<Application>], set: &PolicySet, operator_ns: &str) -> Vec<ObjectRef<Application>> {
+    apps.iter()
+        .filter(|a| super::policy_access::applies_to(set, a, operator_ns))
+        .map(|a| ObjectRef::from_obj(a.as_ref()))
+        .collect()
 }
 
 /// Keeps the Repository store fed (credentials and last listed revisions are read from it).

@@ -21,12 +21,12 @@ use super::{dependencies, event_ref, kube_err, peers, periodic, requeue, source,
 use crate::api::application::{
     ApplicationSource, ApplicationStatus, Operation, OperationPhase, OperationState, ResultCode, SyncStatusCode,
 };
-use crate::api::conditions::{REASON_DEPENDENCY_CYCLE, REASON_DEPENDENCY_NOT_READY};
+use crate::api::conditions::{REASON_DEPENDENCY_CYCLE, REASON_DEPENDENCY_NOT_READY, REASON_POLICY_DENIED};
 use crate::api::labels::REFRESH_ANNOTATIONS;
 use crate::api::Application;
 use crate::cluster::{app_instance_id, ClusterError, ResolvedDestination};
-use crate::controllers::lock;
 use crate::controllers::status::{now, write_status, FIELD_MANAGER};
+use crate::controllers::{lock, policy_access};
 use crate::controllers::{Context, Error};
 use crate::engine::diff::DiffOptions;
 use crate::engine::object;
@@ -35,6 +35,9 @@ use crate::engine::plan::{termination, LiveObject, Step};
 
 /// Requeue after a comparison error (source or destination trouble).
 const ERROR_REQUEUE: Duration = Duration::from_secs(30);
+/// Requeue while policies block a sync (a PolicySet change also wakes the Application).
+const POLICY_REQUEUE: Duration = Duration::from_secs(30);
+
 /// Requeue while the live cache is incomplete or dependencies are not ready.
 const WAIT_REQUEUE: Duration = Duration::from_secs(5);
 
@@ -65,6 +68,41 @@ struct Findings {
     requeue: Option<Duration>,
     clear_operation: bool,
     events: Vec<(EventType, &'static str, String)>,
+    /// What the PolicySets that apply said about the rendered state (`None`: none applies, or the
+    /// render failed).
+    policy: Option<policy_access::Findings>,
+    /// The PolicySet cache has not listed yet: no sync may start (fail closed at start-up).
+    policy_pending: bool,
+}
+
+impl Findings {
+    /// Why no sync may start because of policies, if so.
+    fn policy_block(&self) -> Option<Problem> {
+        if self.policy_pending {
+            return Some(Problem::new("PolicyPending", "waiting for the PolicySets to be listed"));
+        }
+        self.policy_denied()
+    }
+
+    fn policy_denied(&self) -> Option<Problem> {
+        let denied = &self.policy.as_ref()?.denied;
+        (!denied.is_empty()).then(|| {
+            Problem::new(
+                REASON_POLICY_DENIED,
+                truncate_message(&format!("sync denied by policy: {}", denied.join("; "))),
+            )
+        })
+    }
+
+    fn policy_warning(&self) -> Option<Problem> {
+        let warned = &self.policy.as_ref()?.warned;
+        (!warned.is_empty()).then(|| Problem::new("PolicyWarning", truncate_message(&warned.join("; "))))
+    }
+}
+
+/// Policy messages in a condition are bounded like every status message.
+fn truncate_message(s: &str) -> String {
+    crate::engine::plan::truncate(s, 4000)
 }
 
 struct Pipeline<'a> {
@@ -219,6 +257,9 @@ impl<'a> Pipeline<'a> {
             self.found.compared = Some(compared);
         }
         self.timings.mark("compare");
+        if let Some(r) = &rendered {
+            self.evaluate_policies(r, &desired).await;
+        }
 
         // 6. policy → operation; 7. sync step
         if let Some(op) = self.choose_operation(rendered.as_ref()).await? {
@@ -264,6 +305,48 @@ impl<'a> Pipeline<'a> {
         })
     }
 
+    /// Step 5b: the PolicySets that apply, evaluated against the Application and each rendered object
+    /// (off the async runtime: Rego is CPU-bound). Blocks syncs until the PolicySet cache has listed.
+    async fn evaluate_policies(&mut self, rendered: &Rendered, desired: &[Value]) {
+        if !self.state.policies_synced() {
+            self.found.policy_pending = true;
+            return;
+        }
+        let sets = self.state.policy_sets();
+        let prepared = policy_access::prepare(
+            &self.ctx.client,
+            &self.ctx.policies,
+            &sets,
+            self.app,
+            self.ctx.namespace(),
+        )
+        .await;
+        if prepared.is_empty() {
+            return;
+        }
+        let application = policy_access::application_input(self.app);
+        let cluster = json!({
+            "server": self.app.spec.destination.server,
+            "name": self.app.spec.destination.name,
+            "namespace": self.app.spec.destination.namespace,
+        });
+        let repository = json!({"url": self.app.spec.source.repo_url, "revision": rendered.commit});
+        let desired = desired.to_vec();
+        let findings = tokio::task::spawn_blocking(move || {
+            policy_access::evaluate(&prepared, &application, &cluster, &repository, &desired)
+        })
+        .await
+        .unwrap_or_else(|e| policy_access::Findings {
+            denied: vec![format!("policy evaluation failed: {e}")],
+            ..Default::default()
+        });
+        for (set, messages) in &findings.dry_run {
+            tracing::info!(policyset = %set, namespace = %self.ns, name = %self.name, "policy dry run: {}", messages.join("; "));
+        }
+        self.timings.mark("policy");
+        self.found.policy = Some(findings);
+    }
+
     /// Step 6: the operation to advance this reconcile, if any.
     async fn choose_operation(
         &mut self,
@@ -278,6 +361,17 @@ impl<'a> Pipeline<'a> {
                 }
             }
             return Ok(Some((op.operation.clone(), Some(op))));
+        }
+        if let Some(problem) = self.found.policy_block() {
+            // A running operation goes on (it was allowed when it started); nothing new starts.
+            if problem.reason == REASON_POLICY_DENIED && self.app.operation.is_some() {
+                let note = format!("requested sync refused: {}", problem.message);
+                self.found.events.push((EventType::Warning, "SyncDenied", note));
+                self.found.sync_error = Some(problem);
+                self.found.clear_operation = true;
+            }
+            self.found.requeue.get_or_insert(POLICY_REQUEUE);
+            return Ok(None);
         }
         if let Some(requested) = self.app.operation.clone() {
             return Ok(self.requested_operation(requested, current));
@@ -622,6 +716,8 @@ impl<'a> Pipeline<'a> {
             dependency: found.dependency.clone(),
             deletion_error: None,
             invalid_spec: found.invalid_spec.clone(),
+            policy_denied: found.policy_denied(),
+            policy_warning: found.policy_warning(),
             now: now(),
         };
         let new = status::compute(&input);
@@ -921,6 +1017,8 @@ async fn report_deletion_error(app: &Application, api: &Api<Application>, messag
         dependency: None,
         deletion_error: Some(Problem::new("DeletionFailed", message)),
         invalid_spec: None,
+        policy_denied: None,
+        policy_warning: None,
         now: now(),
     };
     let new = status::compute(&input);

@@ -11,10 +11,10 @@ use crate::api::application::{
     DEFAULT_REVISION_HISTORY_LIMIT,
 };
 use crate::api::conditions::{
-    CONDITION_COMPARISON_ERROR, CONDITION_READY, CONDITION_RECONCILING, CONDITION_SHARED_RESOURCE_WARNING,
-    CONDITION_STALLED, CONDITION_SYNC_ERROR, REASON_DEGRADED, REASON_DEPENDENCY_CYCLE, REASON_DEPENDENCY_NOT_READY,
-    REASON_OUT_OF_SYNC, REASON_PROGRESSING, REASON_SYNCED_AND_HEALTHY, REASON_SYNC_FAILED, REASON_SYNC_RUNNING,
-    STATUS_FALSE, STATUS_TRUE,
+    CONDITION_COMPARISON_ERROR, CONDITION_POLICY_DENIED, CONDITION_POLICY_WARNING, CONDITION_READY,
+    CONDITION_RECONCILING, CONDITION_SHARED_RESOURCE_WARNING, CONDITION_STALLED, CONDITION_SYNC_ERROR, REASON_DEGRADED,
+    REASON_DEPENDENCY_CYCLE, REASON_DEPENDENCY_NOT_READY, REASON_OUT_OF_SYNC, REASON_PROGRESSING,
+    REASON_SYNCED_AND_HEALTHY, REASON_SYNC_FAILED, REASON_SYNC_RUNNING, STATUS_FALSE, STATUS_TRUE,
 };
 use crate::controllers::status::{remove_condition, set_condition};
 
@@ -92,6 +92,10 @@ pub struct StatusInput<'a> {
     pub deletion_error: Option<Problem>,
     /// The spec cannot work (namespace outside the Cluster's allow-list, invalid destination, ...).
     pub invalid_spec: Option<Problem>,
+    /// PolicySets deny syncing the rendered state (`PolicyDenied`).
+    pub policy_denied: Option<Problem>,
+    /// PolicySets warn about it (`PolicyWarning`).
+    pub policy_warning: Option<Problem>,
     /// Now.
     pub now: Time,
 }
@@ -170,6 +174,8 @@ fn set_conditions(status: &mut ApplicationStatus, input: &StatusInput<'_>) {
     toggle(CONDITION_SYNC_ERROR, input.sync_error.as_ref());
     toggle(CONDITION_DELETION_ERROR, input.deletion_error.as_ref());
     toggle(CONDITION_INVALID_SPEC_ERROR, input.invalid_spec.as_ref());
+    toggle(CONDITION_POLICY_DENIED, input.policy_denied.as_ref());
+    toggle(CONDITION_POLICY_WARNING, input.policy_warning.as_ref());
     if let Some(c) = input.compared {
         let shared = (!c.shared.is_empty()).then(|| Problem::new("SharedResource", c.shared.join("; ")));
         toggle(CONDITION_SHARED_RESOURCE_WARNING, shared.as_ref());
@@ -230,7 +236,8 @@ fn readiness(status: &ApplicationStatus, input: &StatusInput<'_>) -> (bool, Stri
         .invalid_spec
         .as_ref()
         .or(input.comparison_error.as_ref())
-        .or(input.deletion_error.as_ref());
+        .or(input.deletion_error.as_ref())
+        .or(input.policy_denied.as_ref());
     if let Some(p) = problem {
         return (false, p.reason.clone(), p.message.clone());
     }

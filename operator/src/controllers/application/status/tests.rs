@@ -41,6 +41,8 @@ fn input<'a>(
         dependency: None,
         deletion_error: None,
         invalid_spec: None,
+        policy_denied: None,
+        policy_warning: None,
         now: at(100),
     }
 }

@@ -1,0 +1,195 @@
+//! PolicySets end to end (DESIGN §2 PolicySet): Rego that gates syncs. A `Deny` set blocks automated
+//! and manual syncs with `PolicyDenied` until Git complies; a set that does not compile is reported on
+//! the PolicySet and blocks (fail closed) while it is `Deny`; a `Warn` set never blocks and says what it
+//! found in `PolicyWarning`.
+
+use capstan_e2e::capstan::{application, automated, condition, events_about, text, AppEnv, OperatorOptions};
+use serde_json::{json, Value};
+
+/// ConfigMaps must carry a `team` label; a `legacy` one earns a warning.
+const TEAM_LABEL: &str = r#"
+package capstan.labels
+
+deny contains msg if {
+    input.resource.kind == "ConfigMap"
+    not input.resource.metadata.labels.team
+    msg := sprintf("ConfigMap %s has no team label", [input.resource.metadata.name])
+}
+
+warn contains msg if {
+    input.resource.metadata.name == "legacy"
+    msg := "legacy is deprecated"
+}
+"#;
+
+async fn env(prefix: &str) -> AppEnv {
+    let options = OperatorOptions {
+        controllers: "application,cluster,repository,policyset".into(),
+        ..OperatorOptions::default()
+    };
+    AppEnv::start_with(prefix, options).await
+}
+
+fn policy_set(ns: &str, enforcement: &str, rego: &str) -> Value {
+    json!({
+        "apiVersion": "capstan.dev/v1alpha1",
+        "kind": "PolicySet",
+        "metadata": {"name": "labels", "namespace": ns},
+        "spec": {"enforcement": enforcement, "targets": ["Resource"], "policies": [{"name": "team-label", "rego": rego}]},
+    })
+}
+
+fn config_map(name: &str, team: Option<&str>) -> String {
+    let labels = team.map(|t| format!("  labels:\n    team: {t}\n")).unwrap_or_default();
+    format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n{labels}data:\n  k: v\n")
+}
+
+fn condition_message(app: &Value, type_: &str) -> String {
+    condition(app, type_)
+        .map(|c| text(c, "/message").to_string())
+        .unwrap_or_default()
+}
+
+async fn wait_policy_set(env: &AppEnv, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    env.eventually(
+        &format!("PolicySet labels: {what}"),
+        capstan_e2e::capstan::APP_TIMEOUT,
+        || {
+            let pred = &pred;
+            async move {
+                match env.get("PolicySet", "labels").await {
+                    Some(p) if pred(&p) => Ok(p),
+                    other => Err(format!("{other:?}")),
+                }
+            }
+        },
+    )
+    .await
+}
+
+/// A `Deny` set blocks the automated sync and a manual one, and lets the sync through once Git
+/// complies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deny_policy_blocks_syncs_until_git_complies() {
+    let env = env("policydeny").await;
+    env.apply(&[policy_set(&env.ns, "Deny", TEAM_LABEL)]).await;
+    let set = wait_policy_set(&env, "Ready", |p| {
+        condition(p, "Ready").is_some_and(|c| text(c, "/status") == "True")
+    })
+    .await;
+    assert_eq!(set.pointer("/status/compiledPolicies"), Some(&json!(1)), "{set}");
+
+    env.repo.write("app/settings.yaml", &config_map("settings", None));
+    env.repo.commit("a ConfigMap without a team").await;
+    env.apply(&[application(
+        &env.ns,
+        "gated",
+        &env.repo.url(),
+        "app",
+        &env.ns,
+        automated(true, false),
+    )])
+    .await;
+    let app = env
+        .wait_app("gated", "PolicyDenied names the object", |a| {
+            condition_message(a, "PolicyDenied").contains("[team-label] ConfigMap settings has no team label")
+        })
+        .await;
+    assert!(
+        env.get("ConfigMap", "settings").await.is_none(),
+        "applied despite the denial: {app}"
+    );
+    assert_eq!(
+        condition(&app, "Ready")
+            .map(|c| text(c, "/status").to_string())
+            .as_deref(),
+        Some("False"),
+        "{app}"
+    );
+
+    // A manual sync is refused as well: its request removed, a Warning event says why.
+    env.sync("gated", json!({"prune": true})).await;
+    let client = env.client().await;
+    let env_ref = &env;
+    env.eventually(
+        "the manual sync is refused with an event",
+        capstan_e2e::capstan::APP_TIMEOUT,
+        || {
+            let (client, env) = (client.clone(), env_ref);
+            async move {
+                let app = env.app("gated").await;
+                let events = events_about(&client, &env.ns, "Application", "gated").await;
+                let refused = events.iter().any(|(t, reason, note)| {
+                    t == "Warning" && reason == "SyncDenied" && note.contains("no team label")
+                });
+                if app.get("operation").is_none() && refused {
+                    Ok(())
+                } else {
+                    Err(format!("operation: {:?}, events: {events:?}", app.get("operation")))
+                }
+            }
+        },
+    )
+    .await;
+    assert!(
+        env.get("ConfigMap", "settings").await.is_none(),
+        "applied by the manual sync"
+    );
+
+    env.repo
+        .write("app/settings.yaml", &config_map("settings", Some("payments")));
+    env.repo.commit("add the team label").await;
+    env.refresh("gated", "normal").await;
+    let app = env.wait_synced_healthy("gated").await;
+    assert!(condition(&app, "PolicyDenied").is_none(), "{app}");
+    let cm = env.must_get("ConfigMap", "settings").await;
+    assert_eq!(text(&cm, "/metadata/labels/team"), "payments");
+}
+
+/// A `Deny` set that does not compile blocks (fail closed) and says why on the PolicySet; turned into a
+/// valid `Warn` set it lets the sync through and its warnings show on the Application.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_deny_policy_fails_closed_and_a_warn_policy_never_blocks() {
+    let env = env("policywarn").await;
+    env.apply(&[policy_set(
+        &env.ns,
+        "Deny",
+        "package capstan.labels\n\ndeny contains msg if {\n",
+    )])
+    .await;
+    let set = wait_policy_set(&env, "not Ready (CompileFailed)", |p| {
+        condition(p, "Ready").is_some_and(|c| text(c, "/status") == "False" && text(c, "/reason") == "CompileFailed")
+    })
+    .await;
+    assert!(text(&set, "/status/message").contains("team-label"), "{set}");
+
+    env.repo.write("app/legacy.yaml", &config_map("legacy", Some("core")));
+    env.repo.commit("a legacy ConfigMap").await;
+    env.apply(&[application(
+        &env.ns,
+        "warned",
+        &env.repo.url(),
+        "app",
+        &env.ns,
+        automated(true, false),
+    )])
+    .await;
+    let app = env
+        .wait_app("warned", "blocked by the broken Deny set", |a| {
+            condition_message(a, "PolicyDenied").contains("does not compile")
+        })
+        .await;
+    assert!(
+        env.get("ConfigMap", "legacy").await.is_none(),
+        "applied despite the broken set: {app}"
+    );
+
+    env.apply(&[policy_set(&env.ns, "Warn", TEAM_LABEL)]).await;
+    let app = env.wait_synced_healthy("warned").await;
+    assert!(condition(&app, "PolicyDenied").is_none(), "{app}");
+    assert!(
+        condition_message(&app, "PolicyWarning").contains("[team-label] legacy is deprecated"),
+        "{app}"
+    );
+    env.must_get("ConfigMap", "legacy").await;
+}

@@ -1,0 +1,170 @@
+//! PolicySet controller: resolves each PolicySet's Rego (inline or ConfigMap keys), compiles it
+//! through the shared cache, and reports `Ready` (every policy compiles), `compiledPolicies` and the
+//! errors. Enforcement is the Application controller's (`policy_access`); this status is what a
+//! user looks at to see why a `Deny` set blocks everything (fail closed) or a `Warn` set is ignored.
+//!
+//! Pipeline: resolve sources → compile (cached by content) → ONE status patch (none when only
+//! timestamps would change) → an Event when `Ready` flips → requeue after the reconcile interval
+//! (a ConfigMap source may change without the PolicySet changing).
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::Api;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::EventType;
+use kube::runtime::{predicates, reflector, watcher, WatchStreamExt};
+use kube::{Resource, ResourceExt};
+
+use super::error::{error_policy, Error};
+use super::status::{find_condition, remove_condition, set_condition, write_status};
+use super::{instrumented, policy_access, Context, Shutdown};
+use crate::api::conditions::{CONDITION_READY, CONDITION_STALLED, REASON_SUCCEEDED, STATUS_FALSE, STATUS_TRUE};
+use crate::api::policy_set::PolicySetStatus;
+use crate::api::PolicySet;
+use crate::policy::PolicyError;
+
+/// The controller's name in `--controllers`, metrics and logs.
+pub const CONTROLLER: &str = "policyset";
+
+/// Runs the PolicySet controller until `shutdown` fires.
+pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) -> anyhow::Result<()> {
+    let (reader, writer) = reflector::store();
+    let sets = watcher(Api::<PolicySet>::all(ctx.client.clone()), watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(predicates::generation, Default::default());
+    crate::controllers::mark_ready_when_synced(Arc::clone(&ctx), CONTROLLER, reader.clone());
+    Controller::for_stream(sets, reader)
+        .graceful_shutdown_on(shutdown.wait())
+        .run(
+            |set, ctx| async move {
+                let fut = reconcile(&set, &ctx);
+                instrumented(CONTROLLER, set.as_ref(), &ctx, fut).await
+            },
+            error_policy::<PolicySet>,
+            ctx,
+        )
+        .for_each(|_| async {})
+        .await;
+    Ok(())
+}
+
+/// What compiling a set came to: how many policies compiled, or why it cannot be used.
+pub type Compiled = Result<usize, (&'static str, String)>;
+
+/// The status for `compiled` (pure).
+pub fn next_status(
+    old: Option<&PolicySetStatus>,
+    compiled: Compiled,
+    generation: Option<i64>,
+    now: &Time,
+) -> PolicySetStatus {
+    let mut status = old.cloned().unwrap_or_default();
+    status.observed_generation = generation;
+    let conds = &mut status.conditions;
+    match compiled {
+        Ok(n) => {
+            let message = format!("{n} polic{} compiled", if n == 1 { "y" } else { "ies" });
+            set_condition(
+                conds,
+                CONDITION_READY,
+                STATUS_TRUE,
+                REASON_SUCCEEDED,
+                &message,
+                generation,
+                now,
+            );
+            remove_condition(conds, CONDITION_STALLED);
+            status.compiled_policies = Some(n as i64);
+            status.message = None;
+        }
+        Err((reason, message)) => {
+            set_condition(conds, CONDITION_READY, STATUS_FALSE, reason, &message, generation, now);
+            set_condition(conds, CONDITION_STALLED, STATUS_TRUE, reason, &message, generation, now);
+            status.compiled_policies = Some(0);
+            status.message = Some(message);
+        }
+    }
+    status
+}
+
+async fn reconcile(set: &PolicySet, ctx: &Context) -> Result<Action, Error> {
+    let ns = set
+        .namespace()
+        .ok_or_else(|| Error::InvalidSpec("a PolicySet must be namespaced".into()))?;
+    let compiled: Compiled = match policy_access::sources(&ctx.client, set).await {
+        Err(e) => Err(("SourceUnavailable", e)),
+        Ok(sources) => match ctx.policies.get(&sources).as_ref() {
+            Ok(c) => Ok(c.len()),
+            Err(errors) => Err((
+                "CompileFailed",
+                errors.iter().map(PolicyError::to_string).collect::<Vec<_>>().join("; "),
+            )),
+        },
+    };
+    let now = super::status::now();
+    let old = set.status.as_ref();
+    let new = next_status(old, compiled, set.metadata.generation, &now);
+    let api: Api<PolicySet> = Api::namespaced(ctx.client.clone(), &ns);
+    write_status(&api, set, old, &new).await?;
+    let was = old
+        .and_then(|s| find_condition(&s.conditions, CONDITION_READY))
+        .map(|c| c.status.clone());
+    let is = find_condition(&new.conditions, CONDITION_READY).map(|c| (c.status.clone(), c.message.clone()));
+    if let Some((status, message)) = is.filter(|(s, _)| Some(s) != was.as_ref()) {
+        let (kind, reason) = if status == STATUS_TRUE {
+            (EventType::Normal, "PoliciesCompiled")
+        } else {
+            (EventType::Warning, "PoliciesInvalid")
+        };
+        ctx.publish_event(&set.object_ref(&()), kind, reason, "Compile", &message)
+            .await;
+    }
+    Ok(Action::requeue(ctx.settings.reconcile_interval))
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::jiff::Timestamp;
+
+    use super::*;
+
+    #[test]
+    fn ready_follows_compilation_and_keeps_the_transition_time() {
+        let t1 = Time(Timestamp::from_second(100).unwrap());
+        let t2 = Time(Timestamp::from_second(200).unwrap());
+        let ok = next_status(None, Ok(2), Some(1), &t1);
+        let ready = find_condition(&ok.conditions, CONDITION_READY).unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.message.as_str()),
+            ("True", "2 policies compiled")
+        );
+        assert_eq!(ok.compiled_policies, Some(2));
+        let again = next_status(Some(&ok), Ok(2), Some(1), &t2);
+        assert_eq!(
+            find_condition(&again.conditions, CONDITION_READY)
+                .unwrap()
+                .last_transition_time,
+            t1
+        );
+        let bad = next_status(
+            Some(&ok),
+            Err(("CompileFailed", "policy x: does not compile".into())),
+            Some(2),
+            &t2,
+        );
+        let ready = find_condition(&bad.conditions, CONDITION_READY).unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "CompileFailed")
+        );
+        assert_eq!(bad.message.as_deref(), Some("policy x: does not compile"));
+        assert!(find_condition(&bad.conditions, CONDITION_STALLED).is_some());
+        let fixed = next_status(Some(&bad), Ok(1), Some(3), &t2);
+        assert!(find_condition(&fixed.conditions, CONDITION_STALLED).is_none());
+        assert_eq!(fixed.message, None);
+    }
+}
