@@ -22,10 +22,9 @@ use kube::runtime::{predicates, watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
 
 use super::error::{error_policy, Error};
-use super::status::{find_condition, remove_condition, set_condition, write_status};
+use super::status::{mark_not_ready, mark_ready, ready_flipped, write_status};
 use super::{instrumented, Context, Shutdown};
 use crate::api::cluster::ClusterStatus;
-use crate::api::conditions::{CONDITION_READY, CONDITION_STALLED, REASON_SUCCEEDED, STATUS_FALSE, STATUS_TRUE};
 use crate::api::{Application, Cluster};
 use crate::cluster::probe;
 
@@ -114,42 +113,17 @@ pub fn next_status(
     status.last_probe_time = Some(now.clone());
     match probe {
         Ok(version) => {
-            let message = format!("API server reachable ({version})");
-            set_condition(
+            mark_ready(
                 &mut status.conditions,
-                CONDITION_READY,
-                STATUS_TRUE,
-                REASON_SUCCEEDED,
-                &message,
+                &format!("API server reachable ({version})"),
                 generation,
                 now,
             );
-            remove_condition(&mut status.conditions, CONDITION_STALLED);
             status.server_version = Some(version);
         }
         Err((reason, message)) => {
-            set_condition(
-                &mut status.conditions,
-                CONDITION_READY,
-                STATUS_FALSE,
-                reason,
-                &message,
-                generation,
-                now,
-            );
-            if reason == "InvalidConfig" {
-                set_condition(
-                    &mut status.conditions,
-                    CONDITION_STALLED,
-                    STATUS_TRUE,
-                    reason,
-                    &message,
-                    generation,
-                    now,
-                );
-            } else {
-                remove_condition(&mut status.conditions, CONDITION_STALLED);
-            }
+            let stalled = reason == "InvalidConfig";
+            mark_not_ready(&mut status.conditions, (reason, &message), stalled, generation, now);
         }
     }
     status
@@ -173,12 +147,8 @@ async fn reconcile(cluster: &Cluster, ctx: &Context, apps: &[Arc<Application>]) 
     let new = next_status(old, probe_result, managed, cluster.metadata.generation, &now);
     let api: Api<Cluster> = Api::namespaced(ctx.client.clone(), &ns);
     write_status(&api, cluster, old, &new).await?;
-    let was = old
-        .and_then(|s| find_condition(&s.conditions, CONDITION_READY))
-        .map(|c| c.status.clone());
-    let is = find_condition(&new.conditions, CONDITION_READY).map(|c| (c.status.clone(), c.message.clone()));
-    if let Some((status, message)) = is.filter(|(s, _)| Some(s) != was.as_ref()) {
-        let (kind, reason) = if status == STATUS_TRUE {
+    if let Some((ready, message)) = ready_flipped(old.map(|s| s.conditions.as_slice()), &new.conditions) {
+        let (kind, reason) = if ready {
             (EventType::Normal, "ClusterReady")
         } else {
             (EventType::Warning, "ClusterUnreachable")
@@ -198,7 +168,9 @@ async fn reconcile(cluster: &Cluster, ctx: &Context, apps: &[Arc<Application>]) 
 mod tests {
     use super::*;
     use crate::api::application::{ApplicationDestination, ApplicationSpec};
+    use crate::api::conditions::{CONDITION_READY, CONDITION_STALLED};
     use crate::api::ClusterSpec;
+    use crate::controllers::status::find_condition;
     use k8s_openapi::jiff::Timestamp;
     use kube::api::ObjectMeta;
 

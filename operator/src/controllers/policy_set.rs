@@ -18,9 +18,8 @@ use kube::runtime::{predicates, reflector, watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
 
 use super::error::{error_policy, Error};
-use super::status::{find_condition, remove_condition, set_condition, write_status};
+use super::status::{mark_not_ready, mark_ready, ready_flipped, write_status};
 use super::{instrumented, policy_access, Context, Shutdown};
-use crate::api::conditions::{CONDITION_READY, CONDITION_STALLED, REASON_SUCCEEDED, STATUS_FALSE, STATUS_TRUE};
 use crate::api::policy_set::PolicySetStatus;
 use crate::api::PolicySet;
 use crate::policy::PolicyError;
@@ -68,22 +67,12 @@ pub fn next_status(
     match compiled {
         Ok(n) => {
             let message = format!("{n} polic{} compiled", if n == 1 { "y" } else { "ies" });
-            set_condition(
-                conds,
-                CONDITION_READY,
-                STATUS_TRUE,
-                REASON_SUCCEEDED,
-                &message,
-                generation,
-                now,
-            );
-            remove_condition(conds, CONDITION_STALLED);
+            mark_ready(conds, &message, generation, now);
             status.compiled_policies = Some(n as i64);
             status.message = None;
         }
         Err((reason, message)) => {
-            set_condition(conds, CONDITION_READY, STATUS_FALSE, reason, &message, generation, now);
-            set_condition(conds, CONDITION_STALLED, STATUS_TRUE, reason, &message, generation, now);
+            mark_not_ready(conds, (reason, &message), true, generation, now);
             status.compiled_policies = Some(0);
             status.message = Some(message);
         }
@@ -110,12 +99,8 @@ async fn reconcile(set: &PolicySet, ctx: &Context) -> Result<Action, Error> {
     let new = next_status(old, compiled, set.metadata.generation, &now);
     let api: Api<PolicySet> = Api::namespaced(ctx.client.clone(), &ns);
     write_status(&api, set, old, &new).await?;
-    let was = old
-        .and_then(|s| find_condition(&s.conditions, CONDITION_READY))
-        .map(|c| c.status.clone());
-    let is = find_condition(&new.conditions, CONDITION_READY).map(|c| (c.status.clone(), c.message.clone()));
-    if let Some((status, message)) = is.filter(|(s, _)| Some(s) != was.as_ref()) {
-        let (kind, reason) = if status == STATUS_TRUE {
+    if let Some((ready, message)) = ready_flipped(old.map(|s| s.conditions.as_slice()), &new.conditions) {
+        let (kind, reason) = if ready {
             (EventType::Normal, "PoliciesCompiled")
         } else {
             (EventType::Warning, "PoliciesInvalid")
@@ -131,6 +116,8 @@ mod tests {
     use k8s_openapi::jiff::Timestamp;
 
     use super::*;
+    use crate::api::conditions::{CONDITION_READY, CONDITION_STALLED};
+    use crate::controllers::status::find_condition;
 
     #[test]
     fn ready_follows_compilation_and_keeps_the_transition_time() {

@@ -40,11 +40,9 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use super::error::{error_policy, Error};
 use super::notifier::{repository_serves, url_key, RevisionChange, HEAD};
-use super::status::{self, find_condition, remove_condition, set_condition, truncate, MAX_MESSAGE_LEN};
+use super::status::{self, find_condition, mark_not_ready, mark_ready, truncate, MAX_MESSAGE_LEN};
 use super::{instrumented, parse_duration, Context, Shutdown};
-use crate::api::conditions::{
-    CONDITION_READY, CONDITION_STALLED, REASON_INVALID_SPEC, REASON_SUCCEEDED, STATUS_FALSE, STATUS_TRUE,
-};
+use crate::api::conditions::{CONDITION_READY, REASON_INVALID_SPEC, STATUS_TRUE};
 use crate::api::repository::{FetchedRevision, RepositoryStatus, VerificationMode};
 use crate::api::Repository;
 use crate::metrics::{repo_label, GIT_FETCH, GIT_LS_REMOTE};
@@ -170,59 +168,22 @@ pub fn next_status(
     let conds = &mut status.conditions;
     match observation {
         Observation::Listed { revisions } => {
-            let message = ready_message(revisions);
-            set_condition(
-                conds,
-                CONDITION_READY,
-                STATUS_TRUE,
-                REASON_SUCCEEDED,
-                &message,
-                generation,
-                now,
-            );
-            remove_condition(conds, CONDITION_STALLED);
+            mark_ready(conds, &ready_message(revisions), generation, now);
             status.last_fetched_revision = revisions.clone();
             status.last_error = None;
             status.last_fetched_at = Some(now.clone());
         }
         Observation::Failed { reason, message } => {
-            set_condition(conds, CONDITION_READY, STATUS_FALSE, reason, message, generation, now);
-            remove_condition(conds, CONDITION_STALLED);
+            mark_not_ready(conds, (reason, message), false, generation, now);
             status.last_error = Some(truncate(message, MAX_MESSAGE_LEN));
         }
         Observation::Invalid { message } => {
-            set_condition(
-                conds,
-                CONDITION_READY,
-                STATUS_FALSE,
-                REASON_INVALID_SPEC,
-                message,
-                generation,
-                now,
-            );
-            set_condition(
-                conds,
-                CONDITION_STALLED,
-                STATUS_TRUE,
-                REASON_INVALID_SPEC,
-                message,
-                generation,
-                now,
-            );
+            mark_not_ready(conds, (REASON_INVALID_SPEC, message), true, generation, now);
             status.last_error = Some(truncate(message, MAX_MESSAGE_LEN));
         }
         Observation::Template => {
             let message = "credential template: supplies credentials to repository URLs under it; not polled";
-            set_condition(
-                conds,
-                CONDITION_READY,
-                STATUS_TRUE,
-                REASON_SUCCEEDED,
-                message,
-                generation,
-                now,
-            );
-            remove_condition(conds, CONDITION_STALLED);
+            mark_ready(conds, message, generation, now);
             status.last_fetched_revision.clear();
             status.last_error = None;
             status.last_fetched_at = None;

@@ -11,6 +11,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use crate::api::conditions::{CONDITION_READY, CONDITION_STALLED, REASON_SUCCEEDED, STATUS_FALSE, STATUS_TRUE};
+
 /// Field manager of every write Capstan makes.
 pub const FIELD_MANAGER: &str = "capstan";
 /// Longest condition message / `lastError` kept in status (status stays small).
@@ -40,6 +42,62 @@ pub fn find_condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'
 /// Whether the condition `type_` is present with status `status`.
 pub fn is_condition(conditions: &[Condition], type_: &str, status: &str) -> bool {
     find_condition(conditions, type_).is_some_and(|c| c.status == status)
+}
+
+/// `Ready=True` (reason `Succeeded`) with `message`, and no `Stalled`.
+pub fn mark_ready(conditions: &mut Vec<Condition>, message: &str, generation: Option<i64>, now: &Time) {
+    set_condition(
+        conditions,
+        CONDITION_READY,
+        STATUS_TRUE,
+        REASON_SUCCEEDED,
+        message,
+        generation,
+        now,
+    );
+    remove_condition(conditions, CONDITION_STALLED);
+}
+
+/// `Ready=False` with `reason` and `message`; `Stalled` too when nothing but a spec change will help.
+pub fn mark_not_ready(
+    conditions: &mut Vec<Condition>,
+    (reason, message): (&str, &str),
+    stalled: bool,
+    generation: Option<i64>,
+    now: &Time,
+) {
+    set_condition(
+        conditions,
+        CONDITION_READY,
+        STATUS_FALSE,
+        reason,
+        message,
+        generation,
+        now,
+    );
+    if stalled {
+        set_condition(
+            conditions,
+            CONDITION_STALLED,
+            STATUS_TRUE,
+            reason,
+            message,
+            generation,
+            now,
+        );
+    } else {
+        remove_condition(conditions, CONDITION_STALLED);
+    }
+}
+
+/// The new `Ready` condition when its status differs from the old one (the transition an Event
+/// reports): `(is ready, message)`.
+pub fn ready_flipped(old: Option<&[Condition]>, new: &[Condition]) -> Option<(bool, String)> {
+    let was = old
+        .and_then(|c| find_condition(c, CONDITION_READY))
+        .map(|c| c.status.as_str());
+    let is = find_condition(new, CONDITION_READY)?;
+    (was != Some(is.status.as_str())).then(|| (is.status == STATUS_TRUE, is.message.clone()))
 }
 
 /// Sets condition `type_`. `lastTransitionTime` becomes `now` only when the status changes (or the

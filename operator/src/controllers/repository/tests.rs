@@ -10,6 +10,8 @@ use kube::api::ObjectMeta;
 use kube::core::PartialObjectMeta;
 use kube::runtime::events::EventType;
 
+use crate::api::conditions::CONDITION_STALLED;
+
 use super::*;
 use crate::api::repository::RepositorySpec;
 use crate::api::LocalObjectReference;
