@@ -67,6 +67,25 @@ async fn wait_policy_set(env: &AppEnv, what: &str, pred: impl Fn(&Value) -> bool
     .await
 }
 
+/// Commits ConfigMap `cm` (with a `team` label when given), creates the automated Application `app` for
+/// it, and waits until `PolicyDenied` says `denial`; the ConfigMap was not applied.
+async fn commit_and_expect_denial(env: &AppEnv, app: &str, cm: &str, team: Option<&str>, denial: &str) {
+    env.repo.write(&format!("app/{cm}.yaml"), &config_map(cm, team));
+    env.repo.commit(&format!("ConfigMap {cm}")).await;
+    let spec = automated(true, false);
+    env.apply(&[application(&env.ns, app, &env.repo.url(), "app", &env.ns, spec)])
+        .await;
+    let seen = env
+        .wait_app(app, "PolicyDenied says why", |a| {
+            condition_message(a, "PolicyDenied").contains(denial)
+        })
+        .await;
+    assert!(
+        env.get("ConfigMap", cm).await.is_none(),
+        "applied despite the denial: {seen}"
+    );
+}
+
 /// A `Deny` set blocks the automated sync and a manual one, and lets the sync through once Git
 /// complies.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -79,34 +98,15 @@ async fn a_deny_policy_blocks_syncs_until_git_complies() {
     .await;
     assert_eq!(set.pointer("/status/compiledPolicies"), Some(&json!(1)), "{set}");
 
-    env.repo.write("app/settings.yaml", &config_map("settings", None));
-    env.repo.commit("a ConfigMap without a team").await;
-    env.apply(&[application(
-        &env.ns,
+    commit_and_expect_denial(
+        &env,
         "gated",
-        &env.repo.url(),
-        "app",
-        &env.ns,
-        automated(true, false),
-    )])
+        "settings",
+        None,
+        "[team-label] ConfigMap settings has no team label",
+    )
     .await;
-    let app = env
-        .wait_app("gated", "PolicyDenied names the object", |a| {
-            condition_message(a, "PolicyDenied").contains("[team-label] ConfigMap settings has no team label")
-        })
-        .await;
-    assert!(
-        env.get("ConfigMap", "settings").await.is_none(),
-        "applied despite the denial: {app}"
-    );
-    assert_eq!(
-        condition(&app, "Ready")
-            .map(|c| text(c, "/status").to_string())
-            .as_deref(),
-        Some("False"),
-        "{app}"
-    );
-
+    let app = env.app("gated").await;
     // A manual sync is refused as well: its request removed, a Warning event says why.
     env.sync("gated", json!({"prune": true})).await;
     let client = env.client().await;
@@ -163,26 +163,7 @@ async fn a_broken_deny_policy_fails_closed_and_a_warn_policy_never_blocks() {
     .await;
     assert!(text(&set, "/status/message").contains("team-label"), "{set}");
 
-    env.repo.write("app/legacy.yaml", &config_map("legacy", Some("core")));
-    env.repo.commit("a legacy ConfigMap").await;
-    env.apply(&[application(
-        &env.ns,
-        "warned",
-        &env.repo.url(),
-        "app",
-        &env.ns,
-        automated(true, false),
-    )])
-    .await;
-    let app = env
-        .wait_app("warned", "blocked by the broken Deny set", |a| {
-            condition_message(a, "PolicyDenied").contains("does not compile")
-        })
-        .await;
-    assert!(
-        env.get("ConfigMap", "legacy").await.is_none(),
-        "applied despite the broken set: {app}"
-    );
+    commit_and_expect_denial(&env, "warned", "legacy", Some("core"), "does not compile").await;
 
     env.apply(&[policy_set(&env.ns, "Warn", TEAM_LABEL)]).await;
     let app = env.wait_synced_healthy("warned").await;
