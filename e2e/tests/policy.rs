@@ -107,6 +107,12 @@ async fn a_deny_policy_blocks_syncs_until_git_complies() {
     )
     .await;
     let app = env.app("gated").await;
+    let ready = condition(&app, "Ready").map(|c| text(c, "/status").to_string());
+    assert_eq!(
+        ready.as_deref(),
+        Some("False"),
+        "a denied Application is not Ready: {app}"
+    );
     // A manual sync is refused as well: its request removed, a Warning event says why.
     env.sync("gated", json!({"prune": true})).await;
     let client = env.client().await;
