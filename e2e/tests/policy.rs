@@ -180,3 +180,39 @@ async fn a_broken_deny_policy_fails_closed_and_a_warn_policy_never_blocks() {
     );
     env.must_get("ConfigMap", "legacy").await;
 }
+
+/// A `DryRun` set never blocks and reports what it found as an Event on the PolicySet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_policy_reports_on_the_policy_set_and_never_blocks() {
+    let env = env("policydryrun").await;
+    env.apply(&[policy_set(&env.ns, "DryRun", TEAM_LABEL)]).await;
+    env.repo.write("app/settings.yaml", &config_map("settings", None));
+    env.repo.commit("a ConfigMap without a team").await;
+    let spec = automated(true, false);
+    env.apply(&[application(&env.ns, "trial", &env.repo.url(), "app", &env.ns, spec)])
+        .await;
+    let app = env.wait_synced_healthy("trial").await;
+    assert!(condition(&app, "PolicyDenied").is_none(), "{app}");
+    assert!(condition(&app, "PolicyWarning").is_none(), "{app}");
+    let client = env.client().await;
+    let env_ref = &env;
+    env.eventually(
+        "a PolicyDryRun event on the PolicySet",
+        capstan_e2e::capstan::APP_TIMEOUT,
+        || {
+            let (client, env) = (client.clone(), env_ref);
+            async move {
+                let events = events_about(&client, &env.ns, "PolicySet", "labels").await;
+                let found = events.iter().any(|(_, reason, note)| {
+                    reason == "PolicyDryRun" && note.contains("trial") && note.contains("settings has no team label")
+                });
+                if found {
+                    Ok(())
+                } else {
+                    Err(format!("{events:?}"))
+                }
+            }
+        },
+    )
+    .await;
+}

@@ -99,6 +99,8 @@ pub struct State {
     subscribed: Mutex<HashSet<usize>>,
     info_labels: Mutex<HashMap<String, Vec<String>>>,
     deletion_attempts: Mutex<HashMap<String, u32>>,
+    /// Per Application, a hash of the PolicySet dry-run findings last reported (reported on change).
+    dry_run_reported: Mutex<HashMap<String, u64>>,
     trigger: mpsc::UnboundedSender<ObjectRef<Application>>,
 }
 
@@ -119,6 +121,7 @@ impl State {
             subscribed: Mutex::default(),
             info_labels: Mutex::default(),
             deletion_attempts: Mutex::default(),
+            dry_run_reported: Mutex::default(),
             trigger,
         };
         (Arc::new(state), rx)
@@ -138,6 +141,15 @@ impl State {
     /// state by hand have none).
     pub fn policies_synced(&self) -> bool {
         self.policy_sets.get().is_none() || self.policies_listed.load(Ordering::Acquire)
+    }
+
+    /// Whether `findings` (PolicySet dry-run messages) differ from what was last reported for `app`;
+    /// remembers them.
+    fn dry_run_changed(&self, app: &Application, findings: &[(String, Vec<String>)]) -> bool {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        findings.hash(&mut hasher);
+        let hash = hasher.finish();
+        lock(&self.dry_run_reported).insert(ns_name(app), hash) != Some(hash)
     }
 
     /// Applications (empty before the watch started, or in tests).
@@ -244,6 +256,7 @@ impl State {
         lock(&self.resolutions).remove(&key);
         lock(&self.self_heal).remove(&key);
         lock(&self.deletion_attempts).remove(&key);
+        lock(&self.dry_run_reported).remove(&key);
         lock(&self.instances).retain(|_, r| !(r.name == app.name_any() && r.namespace == app.namespace()));
     }
 

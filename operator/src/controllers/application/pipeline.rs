@@ -7,7 +7,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use kube::{Api, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 use serde_json::{json, Value};
 
 use super::compare::{self, LiveView};
@@ -23,7 +23,7 @@ use crate::api::application::{
 };
 use crate::api::conditions::{REASON_DEPENDENCY_CYCLE, REASON_DEPENDENCY_NOT_READY, REASON_POLICY_DENIED};
 use crate::api::labels::REFRESH_ANNOTATIONS;
-use crate::api::Application;
+use crate::api::{Application, PolicySet};
 use crate::cluster::{app_instance_id, ClusterError, ResolvedDestination};
 use crate::controllers::status::{now, write_status, FIELD_MANAGER};
 use crate::controllers::{lock, policy_access};
@@ -340,11 +340,35 @@ impl<'a> Pipeline<'a> {
             denied: vec![format!("policy evaluation failed: {e}")],
             ..Default::default()
         });
-        for (set, messages) in &findings.dry_run {
-            tracing::info!(policyset = %set, namespace = %self.ns, name = %self.name, "policy dry run: {}", messages.join("; "));
+        if self.state.dry_run_changed(self.app, &findings.dry_run) {
+            self.report_dry_run(&sets, &findings.dry_run).await;
         }
         self.timings.mark("policy");
         self.found.policy = Some(findings);
+    }
+
+    /// `DryRun` PolicySets only report: one Event on each PolicySet with what it found about this
+    /// Application (`kubectl describe cpolicy NAME`), when the findings change.
+    async fn report_dry_run(&self, sets: &[Arc<PolicySet>], findings: &[(String, Vec<String>)]) {
+        for (key, messages) in findings {
+            let Some(set) = sets
+                .iter()
+                .find(|s| format!("{}/{}", s.namespace().unwrap_or_default(), s.name_any()) == *key)
+            else {
+                continue;
+            };
+            let note = format!("Application {}/{}: {}", self.ns, self.name, messages.join("; "));
+            tracing::info!(policyset = %key, namespace = %self.ns, name = %self.name, "policy dry run: {note}");
+            self.ctx
+                .publish_event(
+                    &set.object_ref(&()),
+                    EventType::Normal,
+                    "PolicyDryRun",
+                    "Evaluate",
+                    &note,
+                )
+                .await;
+        }
     }
 
     /// Step 6: the operation to advance this reconcile, if any.
