@@ -899,3 +899,29 @@ async fn a_failing_predelete_hook_stops_the_deletion_until_orphaned() {
         "PostDelete ran for an orphaned deletion"
     );
 }
+
+/// The status write that reports a sync `Succeeded` already reports its result (Synced, Healthy):
+/// the comparison after the sync uses what the applies returned instead of waiting for the watch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_that_reports_a_successful_sync_already_says_synced() {
+    let env = AppEnv::start("syncedatonce").await;
+    for i in 0..5 {
+        let cm = format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm-{i}\ndata:\n  n: \"{i}\"\n");
+        env.repo.write(&format!("app/cm-{i}.yaml"), &cm);
+    }
+    let sha = env.repo.commit("five ConfigMaps").await;
+    let rec = Recorder::start(&env.client().await, &env.ns, &["Application"]).await;
+    let spec = automated(true, false);
+    env.apply(&[application(&env.ns, "quick", &env.repo.url(), "app", &env.ns, spec)])
+        .await;
+    env.wait_app("quick", "the sync Succeeded", |a| operation_phase(a) == "Succeeded")
+        .await;
+    let seen = rec.of("Application", "quick");
+    let first = seen
+        .iter()
+        .find(|s| operation_phase(&s.object) == "Succeeded")
+        .unwrap_or_else(|| panic!("the recorder saw no Succeeded status\n{}", rec.trace()));
+    assert_eq!(sync_status(&first.object), "Synced", "{}", first.object);
+    assert_eq!(health_status(&first.object), "Healthy", "{}", first.object);
+    assert_eq!(text(&first.object, "/status/sync/revision"), sha);
+}

@@ -40,6 +40,23 @@ pub struct LiveView {
 }
 
 impl LiveView {
+    /// This view with `applied` (objects as the server returned them after this reconcile's applies)
+    /// in place of what the cache held at their keys: the state right after a sync, before the watch
+    /// reports it.
+    pub fn with_applied(&self, applied: &[Value]) -> LiveView {
+        let mut view = self.clone();
+        for obj in applied {
+            let key = ObjectKey::of(obj);
+            let fresh = Arc::new(crate::cluster::live::prune(obj.clone()));
+            view.others.retain(|o| ObjectKey::of(o) != key);
+            match view.own.iter_mut().find(|o| ObjectKey::of(o) == key) {
+                Some(slot) => *slot = fresh,
+                None => view.own.push(fresh),
+            }
+        }
+        view
+    }
+
     /// Whether `(group, kind)` is namespaced (`None` when the cluster does not know it yet).
     pub fn namespaced(&self, group: &str, kind: &str) -> Option<bool> {
         self.scopes.get(&(group.to_string(), kind.to_string())).copied()

@@ -75,7 +75,10 @@ pub async fn execute(cluster: &ClusterHandle, owner: Owner<'_>, actions: &Action
             .buffer_unordered(APPLY_CONCURRENCY)
             .collect()
             .await;
-        outcome.applied.extend(results);
+        for (id, result, live) in results {
+            outcome.applied.insert(id, result);
+            outcome.live.extend(live);
+        }
         rest = tail;
     }
     let all_ok = outcome.applied.values().all(Result::is_ok);
@@ -87,14 +90,26 @@ pub async fn execute(cluster: &ClusterHandle, owner: Owner<'_>, actions: &Action
     outcome
 }
 
-/// [`apply`], with the action's id.
-async fn apply_tagged(cluster: &ClusterHandle, owner: Owner<'_>, a: &ApplyAction) -> (String, Result<String, String>) {
-    (a.id.clone(), apply(cluster, owner, a).await)
+/// [`apply`], with the action's id and, for a real apply, the object the server returned.
+async fn apply_tagged(
+    cluster: &ClusterHandle,
+    owner: Owner<'_>,
+    a: &ApplyAction,
+) -> (String, Result<String, String>, Option<Value>) {
+    let (result, live) = match apply(cluster, owner, a).await {
+        Ok((message, live)) => (Ok(message), live),
+        Err(e) => (Err(e), None),
+    };
+    (a.id.clone(), result, live)
 }
 
-/// Applies one object (tracking metadata added when asked). Messages follow kubectl's
-/// (`deployment.apps/web serverside-applied`).
-pub async fn apply(cluster: &ClusterHandle, owner: Owner<'_>, a: &ApplyAction) -> Result<String, String> {
+/// Applies one object (tracking metadata added when asked): kubectl's message
+/// (`deployment.apps/web serverside-applied`) and, unless it was a dry run, the object as stored.
+pub async fn apply(
+    cluster: &ClusterHandle,
+    owner: Owner<'_>,
+    a: &ApplyAction,
+) -> Result<(String, Option<Value>), String> {
     let obj = if a.track {
         with_tracking(&a.object, owner.namespace, owner.name)
     } else {
@@ -108,21 +123,30 @@ pub async fn apply(cluster: &ClusterHandle, owner: Owner<'_>, a: &ApplyAction) -
                 force: force_conflicts,
                 validate: Some(a.validate),
             };
-            ops::apply(cluster, &obj, &opts).await.map(|_| "serverside-applied")
+            ops::apply(cluster, &obj, &opts)
+                .await
+                .map(|v| ("serverside-applied", Some(v)))
         }
-        ApplyMode::Create => ops::create(cluster, &obj, a.dry_run).await.map(|_| "created"),
-        ApplyMode::Replace { force: true } if !a.dry_run => recreate(cluster, &obj).await.map(|_| "replaced"),
-        ApplyMode::Replace { .. } => ops::replace(cluster, &obj, a.dry_run).await.map(|_| "replaced"),
+        ApplyMode::Create => ops::create(cluster, &obj, a.dry_run)
+            .await
+            .map(|v| ("created", Some(v))),
+        ApplyMode::Replace { force: true } if !a.dry_run => {
+            recreate(cluster, &obj).await.map(|v| ("replaced", Some(v)))
+        }
+        ApplyMode::Replace { .. } => ops::replace(cluster, &obj, a.dry_run)
+            .await
+            .map(|(v, _)| ("replaced", Some(v))),
     };
     match result {
-        Ok(verb) if a.dry_run => Ok(format!("{what} {verb} (dry run)")),
-        Ok(verb) => Ok(format!("{what} {verb}")),
-        Err(ClusterError::Conflict(_)) if matches!(a.mode, ApplyMode::Create) => Ok(format!("{what} created")),
+        Ok((verb, _)) if a.dry_run => Ok((format!("{what} {verb} (dry run)"), None)),
+        Ok((verb, live)) => Ok((format!("{what} {verb}"), live)),
+        // Created by someone else meanwhile: the stored object is not known here.
+        Err(ClusterError::Conflict(_)) if matches!(a.mode, ApplyMode::Create) => Ok((format!("{what} created"), None)),
         Err(e @ (ClusterError::UnknownKind(_) | ClusterError::NotFound(_)))
             if a.dry_run && a.skip_dry_run_if_missing =>
         {
             tracing::debug!(error = %e, "dry run skipped for a kind or namespace created by this sync");
-            Ok(format!("{what} dry run skipped"))
+            Ok((format!("{what} dry run skipped"), None))
         }
         Err(e) => Err(e.to_string()),
     }

@@ -628,7 +628,24 @@ impl<'a> Pipeline<'a> {
             ));
         }
         self.after_step(&result, state.as_ref(), &revision);
+        let succeeded_now =
+            result.state.phase == OperationPhase::Succeeded && state.as_ref().is_none_or(|s| !sync::is_completed(s));
+        if succeeded_now && same_as_target && !result.applied.is_empty() {
+            self.compare_after_sync(view, &objects, &revision, &result.applied);
+        }
         Ok(())
+    }
+
+    /// A sync that just succeeded is compared again against what its applies returned, so the status
+    /// written by this reconcile already says Synced (instead of the next reconcile, once the watch has
+    /// caught up; that one then finds nothing to write).
+    fn compare_after_sync(&mut self, view: &LiveView, desired: &[Value], revision: &str, applied: &[Value]) {
+        let after = view.with_applied(applied);
+        let opts = DiffOptions::with_ignore_differences(&self.app.spec.ignore_differences);
+        let mut compared = compare::compare(&self.ns, &self.name, revision, desired, &after, &opts).compared;
+        compared.source_type = self.found.compared.as_ref().and_then(|c| c.source_type);
+        self.found.compared = Some(compared);
+        self.timings.mark("compare-after-sync");
     }
 
     /// Requeue, history, events and metrics after a step.

@@ -30,6 +30,9 @@ pub struct StepResult {
     pub state: OperationState,
     /// The step that was decided (for requeue, history and events).
     pub step: Step,
+    /// After a step that only applied objects: the objects as the server stored them, so the
+    /// comparison can see the result at once. Empty after any step that pruned or deleted.
+    pub applied: Vec<Value>,
 }
 
 /// Everything a step is decided from (borrowed from the reconcile).
@@ -147,7 +150,11 @@ where
             executor::execute(cluster, args.owner, acts).await;
         }
         let state = with_step(out.state.clone(), &out.plan_state, &out.step, args.state);
-        return Ok(StepResult { state, step: out.step });
+        return Ok(StepResult {
+            state,
+            step: out.step,
+            applied: Vec::new(),
+        });
     }
     let dry_validation = matches!(out.step, Step::Validate { .. });
     if !dry_validation {
@@ -159,7 +166,13 @@ where
         plan_state.applied_at_ms = Some(Timestamp::now().as_millisecond());
     }
     let state = with_step(state, &plan_state, &out.step, args.state);
-    Ok(StepResult { state, step: out.step })
+    let only_applies = acts.prune.is_empty() && acts.delete.is_empty() && acts.delete_on_success.is_empty();
+    let applied = if only_applies { outcome.live } else { Vec::new() };
+    Ok(StepResult {
+        state,
+        step: out.step,
+        applied,
+    })
 }
 
 /// The [`PlanState`] persisted in `operationState.step`.

@@ -314,6 +314,9 @@ pub struct Outcome {
     pub pruned: BTreeMap<String, Result<String, String>>,
     /// Results of `delete` and `delete_on_success`.
     pub deleted: BTreeMap<String, Result<String, String>>,
+    /// The objects as the server returned them after successful real (not dry-run) applies: the live
+    /// state right after the step, before any watch has reported it.
+    pub live: Vec<Value>,
 }
 
 // ---------------------------------------------------------------------------------------------
