@@ -45,15 +45,27 @@ impl LiveView {
     /// reports it.
     pub fn with_applied(&self, applied: &[Value]) -> LiveView {
         let mut view = self.clone();
+        // One key per object, looked up by hash: a large sync applies thousands of objects.
+        let mut slots: HashMap<ObjectKey, usize> = view
+            .own
+            .iter()
+            .enumerate()
+            .map(|(i, o)| (ObjectKey::of(o), i))
+            .collect();
+        let mut taken = std::collections::HashSet::new();
         for obj in applied {
             let key = ObjectKey::of(obj);
             let fresh = Arc::new(crate::cluster::live::prune(obj.clone()));
-            view.others.retain(|o| ObjectKey::of(o) != key);
-            match view.own.iter_mut().find(|o| ObjectKey::of(o) == key) {
-                Some(slot) => *slot = fresh,
-                None => view.own.push(fresh),
+            match slots.get(&key) {
+                Some(&i) => view.own[i] = fresh,
+                None => {
+                    slots.insert(key.clone(), view.own.len());
+                    view.own.push(fresh);
+                }
             }
+            taken.insert(key);
         }
+        view.others.retain(|o| !taken.contains(&ObjectKey::of(o)));
         view
     }
 
