@@ -216,3 +216,35 @@ async fn a_dry_run_policy_reports_on_the_policy_set_and_never_blocks() {
     )
     .await;
 }
+
+/// Fail closed at start-up: while the operator cannot list PolicySets (here: their CRD is missing) no
+/// sync starts, the Application says what it waits for, and the sync goes ahead once they can be listed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_sync_starts_until_policy_sets_can_be_listed() {
+    // Without the PolicySet controller, whose cache (rightly) never syncs without the CRD and would
+    // keep /readyz at 503: the Application controller's own PolicySet watch is what is tested.
+    let mut env = AppEnv::start("policylisted").await;
+    env.operator.kill().await;
+    env.cluster
+        .kubectl_ok(&["delete", "crd", "policysets.capstan.dev", "--wait=true"])
+        .await;
+    env.operator.restart().await;
+    env.repo.write("app/settings.yaml", &config_map("settings", None));
+    env.repo.commit("a ConfigMap").await;
+    let spec = automated(true, false);
+    env.apply(&[application(&env.ns, "waiting", &env.repo.url(), "app", &env.ns, spec)])
+        .await;
+    let app = env
+        .wait_app("waiting", "waits for the PolicySets", |a| {
+            condition_message(a, "Ready").contains("waiting for the PolicySets to be listed")
+        })
+        .await;
+    assert!(
+        env.get("ConfigMap", "settings").await.is_none(),
+        "synced without the PolicySets: {app}"
+    );
+
+    capstan_e2e::capstan::install_crds(env.cluster.kubectl_runner()).await;
+    env.wait_synced_healthy("waiting").await;
+    env.must_get("ConfigMap", "settings").await;
+}

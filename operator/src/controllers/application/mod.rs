@@ -368,10 +368,14 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) -> anyhow::Result<()> {
     let policy_sets = watcher(Api::<PolicySet>::all(client.clone()), watcher::Config::default())
         .default_backoff()
         .reflect(policy_writer)
-        .inspect(move |event| {
-            if matches!(event, Ok(watcher::Event::InitDone)) {
-                listed_state.policies_listed.store(true, Ordering::Release);
-            }
+        .inspect(move |event| match event {
+            Ok(watcher::Event::InitDone) => listed_state.policies_listed.store(true, Ordering::Release),
+            // Fail closed, but say why: without a listing (CRD missing, RBAC) no sync starts.
+            Err(e) if !listed_state.policies_listed.load(Ordering::Acquire) => tracing::warn!(
+                controller = CONTROLLER,
+                "PolicySets cannot be listed ({e}); no sync starts until they can"
+            ),
+            _ => {}
         })
         .touched_objects();
     let _ = state.policy_sets.set(policy_reader);

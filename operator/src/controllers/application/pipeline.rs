@@ -387,8 +387,14 @@ impl<'a> Pipeline<'a> {
             return Ok(Some((op.operation.clone(), Some(op))));
         }
         if let Some(problem) = self.found.policy_block() {
+            if problem.reason != REASON_POLICY_DENIED {
+                // Not listed yet: shown like any other thing the sync waits for.
+                self.found.dependency.get_or_insert(problem);
+                self.found.requeue = Some(WAIT_REQUEUE);
+                return Ok(None);
+            }
             // A running operation goes on (it was allowed when it started); nothing new starts.
-            if problem.reason == REASON_POLICY_DENIED && self.app.operation.is_some() {
+            if self.app.operation.is_some() {
                 let note = format!("requested sync refused: {}", problem.message);
                 self.found.events.push((EventType::Warning, "SyncDenied", note));
                 self.found.sync_error = Some(problem);
