@@ -50,6 +50,24 @@ fn condition_message(app: &Value, type_: &str) -> String {
         .unwrap_or_default()
 }
 
+/// Waits for an Event about `kind`/`name` in the test namespace that satisfies `pred(type, reason, note)`.
+async fn wait_event(env: &AppEnv, kind: &str, name: &str, pred: impl Fn(&str, &str, &str) -> bool) {
+    let client = env.client().await;
+    let what = format!("an Event about {kind}/{name}");
+    env.eventually(&what, capstan_e2e::capstan::APP_TIMEOUT, || {
+        let (client, pred) = (client.clone(), &pred);
+        async move {
+            let events = events_about(&client, &env.ns, kind, name).await;
+            if events.iter().any(|(t, reason, note)| pred(t, reason, note)) {
+                Ok(())
+            } else {
+                Err(format!("{events:?}"))
+            }
+        }
+    })
+    .await
+}
+
 async fn wait_policy_set(env: &AppEnv, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
     env.eventually(
         &format!("PolicySet labels: {what}"),
@@ -115,27 +133,13 @@ async fn a_deny_policy_blocks_syncs_until_git_complies() {
     );
     // A manual sync is refused as well: its request removed, a Warning event says why.
     env.sync("gated", json!({"prune": true})).await;
-    let client = env.client().await;
-    let env_ref = &env;
-    env.eventually(
-        "the manual sync is refused with an event",
-        capstan_e2e::capstan::APP_TIMEOUT,
-        || {
-            let (client, env) = (client.clone(), env_ref);
-            async move {
-                let app = env.app("gated").await;
-                let events = events_about(&client, &env.ns, "Application", "gated").await;
-                let refused = events.iter().any(|(t, reason, note)| {
-                    t == "Warning" && reason == "SyncDenied" && note.contains("no team label")
-                });
-                if app.get("operation").is_none() && refused {
-                    Ok(())
-                } else {
-                    Err(format!("operation: {:?}, events: {events:?}", app.get("operation")))
-                }
-            }
-        },
-    )
+    wait_event(&env, "Application", "gated", |t, reason, note| {
+        t == "Warning" && reason == "SyncDenied" && note.contains("no team label")
+    })
+    .await;
+    env.wait_app("gated", "the refused request is removed", |a| {
+        a.get("operation").is_none()
+    })
     .await;
     assert!(
         env.get("ConfigMap", "settings").await.is_none(),
@@ -194,26 +198,9 @@ async fn a_dry_run_policy_reports_on_the_policy_set_and_never_blocks() {
     let app = env.wait_synced_healthy("trial").await;
     assert!(condition(&app, "PolicyDenied").is_none(), "{app}");
     assert!(condition(&app, "PolicyWarning").is_none(), "{app}");
-    let client = env.client().await;
-    let env_ref = &env;
-    env.eventually(
-        "a PolicyDryRun event on the PolicySet",
-        capstan_e2e::capstan::APP_TIMEOUT,
-        || {
-            let (client, env) = (client.clone(), env_ref);
-            async move {
-                let events = events_about(&client, &env.ns, "PolicySet", "labels").await;
-                let found = events.iter().any(|(_, reason, note)| {
-                    reason == "PolicyDryRun" && note.contains("trial") && note.contains("settings has no team label")
-                });
-                if found {
-                    Ok(())
-                } else {
-                    Err(format!("{events:?}"))
-                }
-            }
-        },
-    )
+    wait_event(&env, "PolicySet", "labels", |_, reason, note| {
+        reason == "PolicyDryRun" && note.contains("trial") && note.contains("settings has no team label")
+    })
     .await;
 }
 
