@@ -649,13 +649,13 @@ async fn operator_killed_mid_sync_resumes_and_completes_exactly_once() {
 }
 
 /// The stuck-hook Application: a PreSync Job that never completes, then a ConfigMap; automated, with
-/// a retry policy that would retry a failed operation after a second.
+/// a retry policy that would retry a failed operation at once (no backoff).
 async fn start_stuck_hook_app(env: &AppEnv, name: &str) -> Recorder {
     env.repo.copy_fixture("stuck-hook", "app");
     env.repo.commit("a hook that never completes").await;
     let rec = Recorder::start(&env.client().await, &env.ns, &["Job", "ConfigMap"]).await;
     let mut spec = automated(false, false);
-    spec["syncPolicy"]["retry"] = json!({"limit": 3, "backoff": {"duration": "1s", "factor": 1}});
+    spec["syncPolicy"]["retry"] = json!({"limit": 3, "backoff": {"duration": "0", "factor": 1}});
     env.apply(&[application(&env.ns, name, &env.repo.url(), "app", &env.ns, spec)])
         .await;
     env.wait_object("Job", "stuck-migration", "is created (PreSync)", |j| j.is_some())
@@ -681,8 +681,10 @@ async fn assert_terminated_and_not_retried(env: &AppEnv, rec: &Recorder, name: &
         |j| j.is_none(),
     )
     .await;
-    // A quiet window of several retry backoffs: a retry would create the hook again.
-    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    // A whole reconcile after the termination: with no backoff, a retry would be due in it and would
+    // create the hook again before the refresh annotation is removed.
+    env.refresh_handled(name, "normal").await;
+    assert!(env.get("Job", "stuck-migration").await.is_none(), "the hook ran again");
     assert_eq!(rec.uids("Job", "stuck-migration").len(), 1, "{}", rec.trace());
     assert!(rec.of("ConfigMap", "after-migration").is_empty(), "{}", rec.trace());
     let app = env.app(name).await;

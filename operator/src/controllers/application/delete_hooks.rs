@@ -11,12 +11,12 @@ use kube::{Api, ResourceExt};
 use serde_json::{json, Value};
 
 use crate::api::Application;
-use crate::cluster::ops::{self, ApplyOptions, DeleteOptions, Propagation};
+use crate::cluster::ops::{self, ApplyOptions, Propagation};
 use crate::cluster::{app_instance_id, ClusterError, ClusterHandle};
 use crate::engine::object;
 use crate::engine::plan::delete_hooks::{judge, missing_finalizers, stage_hooks, Stage, Verdict};
 
-use super::compare::{self, gvk_of, with_tracking};
+use super::compare::{self, with_tracking};
 
 /// Requeue while hooks run (their changes also wake the Application through the live cache).
 pub const HOOK_POLL: Duration = Duration::from_secs(2);
@@ -115,21 +115,9 @@ pub async fn advance(
 /// Deletes the hooks of a finished stage; failures are logged (the stage is over either way).
 pub async fn delete_hooks(cluster: &ClusterHandle, hooks: &[Arc<Value>]) {
     for hook in hooks {
-        let Some(gvk) = gvk_of(hook) else { continue };
-        let opts = DeleteOptions {
-            propagation: Propagation::Background,
-            uid: hook
-                .pointer("/metadata/uid")
-                .and_then(Value::as_str)
-                .map(str::to_string),
-            dry_run: false,
-        };
-        let (ns, name) = (object::namespace(hook), object::name(hook));
-        match ops::delete(cluster, &gvk, ns, name, &opts).await {
-            Ok(_) | Err(ClusterError::NotFound(_) | ClusterError::Conflict(_)) => {}
-            Err(e) => {
-                tracing::warn!(error = %e, namespace = ns, name, "a completed deletion hook could not be deleted")
-            }
+        if let Err(e) = super::deletion::delete_live(cluster, hook, Propagation::Background).await {
+            let (ns, name) = (object::namespace(hook), object::name(hook));
+            tracing::warn!(error = %e, namespace = ns, name, "a completed deletion hook could not be deleted");
         }
     }
 }

@@ -96,6 +96,22 @@ pub enum Progress {
     Waiting,
 }
 
+/// Deletes the live object `obj` (guarded by its uid, so a re-created object of the same name is
+/// spared); already gone or replaced counts as done.
+pub async fn delete_live(cluster: &ClusterHandle, obj: &Value, propagation: Propagation) -> Result<(), ClusterError> {
+    let Some(gvk) = gvk_of(obj) else { return Ok(()) };
+    let opts = DeleteOptions {
+        propagation,
+        uid: obj.pointer("/metadata/uid").and_then(Value::as_str).map(str::to_string),
+        dry_run: false,
+    };
+    match ops::delete(cluster, &gvk, object::namespace(obj), object::name(obj), &opts).await {
+        Ok(DeleteOutcome::Deleted | DeleteOutcome::Deleting(_) | DeleteOutcome::NotFound) => Ok(()),
+        Err(ClusterError::NotFound(_) | ClusterError::Conflict(_)) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 /// Deletes every live object tracked by `app_ns/app_name` (objects already terminating are waited
 /// for). `live` must be the Application's instance objects from a complete cache.
 pub async fn delete_tracked(
@@ -118,18 +134,8 @@ pub async fn delete_tracked(
         if obj.pointer("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null()) {
             continue;
         }
-        let Some(gvk) = gvk_of(obj) else { continue };
-        let opts = DeleteOptions {
-            propagation,
-            uid: obj.pointer("/metadata/uid").and_then(Value::as_str).map(str::to_string),
-            dry_run: false,
-        };
-        match ops::delete(cluster, &gvk, object::namespace(obj), object::name(obj), &opts).await {
-            Ok(DeleteOutcome::Deleted | DeleteOutcome::Deleting(_) | DeleteOutcome::NotFound) => {}
-            Err(ClusterError::NotFound(_) | ClusterError::Conflict(_)) => {}
-            Err(e) => {
-                first_error.get_or_insert(e);
-            }
+        if let Err(e) = delete_live(cluster, obj, propagation).await {
+            first_error.get_or_insert(e);
         }
     }
     match first_error {

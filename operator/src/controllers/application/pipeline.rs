@@ -89,20 +89,15 @@ impl Findings {
         (!denied.is_empty()).then(|| {
             Problem::new(
                 REASON_POLICY_DENIED,
-                truncate_message(&format!("sync denied by policy: {}", denied.join("; "))),
+                format!("sync denied by policy: {}", denied.join("; ")),
             )
         })
     }
 
     fn policy_warning(&self) -> Option<Problem> {
         let warned = &self.policy.as_ref()?.warned;
-        (!warned.is_empty()).then(|| Problem::new("PolicyWarning", truncate_message(&warned.join("; "))))
+        (!warned.is_empty()).then(|| Problem::new("PolicyWarning", warned.join("; ")))
     }
-}
-
-/// Policy messages in a condition are bounded like every status message.
-fn truncate_message(s: &str) -> String {
-    crate::engine::plan::truncate(s, 4000)
 }
 
 struct Pipeline<'a> {
