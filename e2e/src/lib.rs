@@ -12,7 +12,9 @@
 //! - [`fixtures`]: the test custom resource (`Widget`) and manifest builders;
 //! - [`check`]: reading kubectl tables and JSON, kube-rs API errors and managedFields;
 //! - [`watching`]: kube-runtime watchers as comparable event strings, read with deadlines;
-//! - [`process`]: long-running binaries (`devcluster`, `capstan`) with captured output and SIGTERM.
+//! - [`process`]: long-running binaries (`devcluster`, `capstan`) with captured output and SIGTERM;
+//! - [`hub`]: `capstan-hub`, the reporter protocol's receiver, as a process, with its fault switches,
+//!   invariant check and a client that talks to it like a reporter.
 //!
 //! Later suites (operator e2e) reuse the same pieces: [`kubectl::Kubectl`] only needs a kubeconfig path,
 //! so it works against a devcluster started as a process ([`process::DevClusterProcess`]) too.
@@ -22,6 +24,7 @@ pub mod check;
 pub mod cluster;
 pub mod fixtures;
 pub mod git;
+pub mod hub;
 pub mod kubectl;
 pub mod process;
 pub mod raw_http;

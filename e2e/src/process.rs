@@ -89,6 +89,20 @@ impl BackgroundProcess {
         self.log.lock().map(|l| l.join("\n")).unwrap_or_default()
     }
 
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("the process is still running")
+    }
+
+    /// Sends SIGKILL and waits (bounded) for the process to exit, as a crash would end it.
+    pub async fn kill(mut self, timeout: Duration) -> ExitStatus {
+        self.child.start_kill().expect("SIGKILL can be delivered");
+        let what = format!("{} to exit after SIGKILL", self.name);
+        within(&what, timeout, self.child.wait())
+            .await
+            .expect("wait for the child")
+    }
+
     /// Sends SIGTERM and waits (bounded) for the process to exit.
     pub async fn terminate(mut self, timeout: Duration) -> ExitStatus {
         let pid = self.child.id().expect("the process is still running");

@@ -472,6 +472,7 @@ fn wait_seconds(query: Option<&str>) -> Result<u64, WireError> {
 
 /// Claims deliverable tasks as soon as there are some, or after `wait`; `None` when the client went away.
 async fn claim_within(hub: &Arc<Hub>, ctl: &ConnCtl, agent: &str, wait: Duration) -> StoreResult<Option<Vec<Value>>> {
+    let _waiting = hub.polling(agent);
     let deadline = tokio::time::Instant::now() + wait;
     let redeliver_ms = hub.task_redelivery.as_millis() as i64;
     loop {

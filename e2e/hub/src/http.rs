@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use hmac::{Hmac, Mac};
-use http_body_util::{combinators::BoxBody, BodyExt, Full, Limited};
+use http_body_util::{combinators::BoxBody, BodyExt, Full};
 use hyper::body::{Frame, Incoming};
 use hyper::header::{HeaderMap, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{Response, StatusCode};
@@ -78,23 +78,42 @@ pub fn wire_error_response(e: &WireError) -> Response<Body> {
     json_response(e.status, &error_body(error_code(e.status), &e.message))
 }
 
+/// A body this much larger than the limit is read and dropped before the 413, so the client, still sending,
+/// gets to read the answer; past it the connection is simply closed.
+const DRAIN_MAX: usize = 64 * 1024 * 1024;
+
 /// Reads a request body, refusing more than `limit` bytes (413) or a client slower than [`BODY_TIMEOUT`].
 pub async fn read_body(body: Incoming, headers: &HeaderMap, limit: usize) -> Result<Vec<u8>, WireError> {
     let declared = headers
         .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit as u64) {
-        return Err(WireError::too_large(format!("the body is larger than {limit} bytes")));
+    let too_large = || WireError::too_large(format!("the body is larger than {limit} bytes"));
+    if declared.is_some_and(|n| n > DRAIN_MAX as u64) {
+        return Err(too_large());
     }
-    match tokio::time::timeout(BODY_TIMEOUT, Limited::new(body, limit).collect()).await {
-        Ok(Ok(collected)) => Ok(collected.to_bytes().to_vec()),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
-            Err(WireError::too_large(format!("the body is larger than {limit} bytes")))
-        }
+    match tokio::time::timeout(BODY_TIMEOUT, collect_bounded(body, limit)).await {
+        Ok(Ok(Some(bytes))) => Ok(bytes),
+        Ok(Ok(None)) => Err(too_large()),
         Ok(Err(e)) => Err(WireError::bad_request(format!("reading the body failed: {e}"))),
         Err(_) => Err(WireError::bad_request("the body did not arrive in time")),
     }
+}
+
+/// The body, or `None` when it is larger than `limit` (read on, and dropped, up to [`DRAIN_MAX`]).
+async fn collect_bounded(mut body: Incoming, limit: usize) -> Result<Option<Vec<u8>>, hyper::Error> {
+    let mut out = Vec::new();
+    let mut seen = 0usize;
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame?.into_data() else { continue };
+        seen += data.len();
+        if seen <= limit {
+            out.extend_from_slice(&data);
+        } else if seen > DRAIN_MAX {
+            break;
+        }
+    }
+    Ok((seen <= limit).then_some(out))
 }
 
 /// Decodes the body by its `Content-Encoding` (gzip, or none), at most [`MAX_DECOMPRESSED`] bytes.

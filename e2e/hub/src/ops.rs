@@ -48,12 +48,7 @@ pub async fn handle(hub: &Hub, req: Request<Incoming>) -> Response<Body> {
         match (&parts.method, segments.as_slice()) {
             (&Method::GET, [""]) => page(hub).await,
             (&Method::GET, ["healthz"]) => Ok(http::response(200, "text/plain; charset=utf-8", "ok")),
-            (&Method::GET, ["api", "agents"]) => hub
-                .store
-                .call(|c| read::agents(c))
-                .await
-                .map_err(storage)
-                .and_then(|a| ok(json!(a))),
+            (&Method::GET, ["api", "agents"]) => ok(json!(agents(hub).await?)),
             (&Method::GET, ["api", "agents", agent, what]) => agent_data(hub, agent, what, &query).await,
             (&Method::GET, ["api", "applications"]) => {
                 let apps = hub
@@ -125,10 +120,20 @@ fn parse_body<T: serde::de::DeserializeOwned>(what: &str, body: &[u8]) -> Result
     wire::parse_json(what, body).map_err(|e| (e.status, e.message))
 }
 
+/// The agents, with their waiting long polls.
+async fn agents(hub: &Hub) -> Result<Vec<read::AgentView>, (u16, String)> {
+    let mut agents = hub.store.call(|c| read::agents(c)).await.map_err(storage)?;
+    for a in &mut agents {
+        a.polling = hub.polls_of(&a.agent_id);
+    }
+    Ok(agents)
+}
+
 async fn page(hub: &Hub) -> Reply {
-    let (agents, apps) = hub
+    let agents = agents(hub).await?;
+    let apps = hub
         .store
-        .call(|c| Ok((read::agents(c)?, read::applications(c, PAGE_APPLICATIONS + 1)?)))
+        .call(|c| read::applications(c, PAGE_APPLICATIONS + 1))
         .await
         .map_err(storage)?;
     let html = crate::page::render(&agents, &apps, PAGE_APPLICATIONS);

@@ -2,7 +2,7 @@
 //! and the routing of each request to the agent endpoints ([`crate::agent`]), the operator surface
 //! ([`crate::ops`]) or the page ([`crate::page`]).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -46,12 +46,53 @@ pub struct Hub {
     /// Woken on every enqueued task, so long polls answer at once.
     pub tasks_changed: tokio::sync::Notify,
     pub task_redelivery: Duration,
+    /// Long polls waiting now, by agent.
+    pub polls: Mutex<HashMap<String, usize>>,
 }
 
 impl Hub {
+    /// Counts a long poll of `agent` as waiting until the guard drops.
+    pub fn polling(&self, agent: &str) -> PollGuard<'_> {
+        *self
+            .polls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(agent.to_owned())
+            .or_default() += 1;
+        PollGuard {
+            hub: self,
+            agent: agent.to_owned(),
+        }
+    }
+
+    /// How many long polls of `agent` are waiting.
+    pub fn polls_of(&self, agent: &str) -> usize {
+        self.polls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(agent)
+            .copied()
+            .unwrap_or(0)
+    }
+
     pub fn token_accepted(&self, token: Option<&str>) -> bool {
         let tokens = self.tokens.read().unwrap_or_else(|p| p.into_inner());
         token.is_some_and(|t| tokens.contains(t))
+    }
+}
+
+/// A waiting long poll; see [`Hub::polling`].
+pub struct PollGuard<'a> {
+    hub: &'a Hub,
+    agent: String,
+}
+
+impl Drop for PollGuard<'_> {
+    fn drop(&mut self) {
+        let mut polls = self.hub.polls.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = polls.get_mut(&self.agent) {
+            *n = n.saturating_sub(1);
+        }
     }
 }
 
@@ -75,6 +116,7 @@ pub async fn serve(config: Config, shutdown: impl Future<Output = ()>, ready: im
         faults: Mutex::new(Faults::default()),
         tasks_changed: tokio::sync::Notify::new(),
         task_redelivery: config.task_redelivery,
+        polls: Mutex::new(HashMap::new()),
     });
     let pruner = tokio::spawn(prune_request_log(hub.store.clone(), config.request_log_limit));
     ready(&format!("{}://{addr}", if tls.is_some() { "https" } else { "http" }));

@@ -36,6 +36,8 @@ pub struct AgentView {
     pub requests: HashMap<String, i64>,
     /// Batches received more than once (the same batchId).
     pub repeated_batches: i64,
+    /// Long polls waiting now (filled in by the server, which counts them).
+    pub polling: usize,
 }
 
 impl AgentView {
@@ -79,6 +81,7 @@ pub fn agents(conn: &Connection) -> StoreResult<Vec<AgentView>> {
             tombstones: r.get(12)?,
             requests: HashMap::new(),
             repeated_batches: r.get(13)?,
+            polling: 0,
         })
     })?;
     let mut agents: Vec<AgentView> = rows.collect::<Result<_, _>>()?;

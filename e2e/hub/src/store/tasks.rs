@@ -35,6 +35,7 @@ pub fn enqueue(tx: &Transaction<'_>, task: &NewTask) -> StoreResult<String> {
 /// Claims the agent's deliverable tasks (never delivered, or delivered `redeliver_ms` ago without a result), as
 /// the long poll answers them, and the instant the next delivered task becomes deliverable again.
 pub fn claim(tx: &Transaction<'_>, agent: &str, redeliver_ms: i64) -> StoreResult<(Vec<Value>, Option<i64>)> {
+    super::ingest::ensure_agent(tx, agent)?;
     let now = now_ms();
     let due = now - redeliver_ms;
     let mut stmt = tx.prepare(
