@@ -50,7 +50,9 @@ async fn dump_dom(url: &str) -> String {
 
 /// The text of each cell of the table row whose opening tag carries `marker`.
 fn row(dom: &str, marker: &str) -> Vec<String> {
-    let start = dom.find(marker).unwrap_or_else(|| panic!("no row {marker} in the page:\n{dom}"));
+    let start = dom
+        .find(marker)
+        .unwrap_or_else(|| panic!("no row {marker} in the page:\n{dom}"));
     let rest = &dom[start..];
     let end = rest.find("</tr>").expect("the row ends");
     rest[..end]
@@ -79,9 +81,19 @@ async fn the_page_shows_each_agents_state_and_every_application_with_its_health(
     shop["summary"]["revision"] = json!("<img src=x onerror=\"document.body.dataset.pwned=1\">");
     ok(us.report(&batch("prod-us-2", 4, "4-1", None, vec![shop])).await);
     let quiet = hub.agent("edge-3");
-    ok(quiet.report(&batch("edge-3", 1, "1-1", None, vec![application(1, "edge", "cdn", Some("Missing"), "OutOfSync")])).await);
+    ok(quiet
+        .report(&batch(
+            "edge-3",
+            1,
+            "1-1",
+            None,
+            vec![application(1, "edge", "cdn", Some("Missing"), "OutOfSync")],
+        ))
+        .await);
     let task = hub.enqueue_task("prod-eu-1", "sync", "team-a", "web", json!({})).await;
-    ok(eu.result(&task, &json!({"state": "succeeded", "message": "synced"})).await);
+    ok(eu
+        .result(&task, &json!({"state": "succeeded", "message": "synced"}))
+        .await);
 
     let dom = dump_dom(hub.url()).await;
 

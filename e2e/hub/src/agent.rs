@@ -58,6 +58,15 @@ impl Answer {
         a
     }
 
+    /// No answer: the connection was closed (logged with code 0 and why).
+    fn closed(why: &str) -> Self {
+        Self {
+            code: 0,
+            note: Some(why.to_owned()),
+            ..Self::ok(Value::Null)
+        }
+    }
+
     fn wire(e: &WireError) -> Self {
         Self::error(e.status, e.message.clone())
     }
@@ -184,15 +193,10 @@ pub async fn handle(
     }
     if matches!(decision.action, Some(Action::Reset { phase: Phase::Read })) {
         ctl.reset_on_close();
-        let note = Some("fault: connection reset while reading the request".to_owned());
         logged(
             hub,
             rec,
-            Answer {
-                code: 0,
-                note,
-                ..Answer::ok(Value::Null)
-            },
+            Answer::closed("fault: connection reset while reading the request"),
         )
         .await;
         return Err(Abort);
@@ -426,17 +430,7 @@ async fn poll(hub: &Arc<Hub>, ctl: &ConnCtl, parts: &Parts, agent: String, rec: 
     let tasks = match claim_within(hub, ctl, &agent, wait).await {
         Ok(Some(tasks)) => tasks,
         Ok(None) => {
-            let note = Some("the client went away during the long poll".to_owned());
-            logged(
-                hub,
-                rec,
-                Answer {
-                    code: 0,
-                    note,
-                    ..Answer::ok(Value::Null)
-                },
-            )
-            .await;
+            logged(hub, rec, Answer::closed("the client went away during the long poll")).await;
             return None;
         }
         Err(e) => {

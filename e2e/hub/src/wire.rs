@@ -478,13 +478,16 @@ pub struct NewTask {
     pub args: Map<String, Value>,
 }
 
+/// Checks the type of one task argument.
+type ValueCheck = fn(&Value) -> bool;
+
 /// Parses a task to enqueue; `args` are checked against its type (docs/reporter-protocol.md "Tasks").
 pub fn parse_new_task(body: &[u8]) -> Result<NewTask, WireError> {
     let task: NewTask = parse_json("the task", body)?;
     non_empty("agentId", &task.agent_id)?;
     non_empty("target.namespace", &task.target.namespace)?;
     non_empty("target.name", &task.target.name)?;
-    let allowed: &[(&str, fn(&Value) -> bool)] = match task.kind.as_str() {
+    let allowed: &[(&str, ValueCheck)] = match task.kind.as_str() {
         "sync" => &[
             ("revision", Value::is_string),
             ("prune", Value::is_boolean),
