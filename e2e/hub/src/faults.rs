@@ -161,6 +161,12 @@ impl Fault {
                 variant: Some(_),
                 ..
             } if *status != 409 => Err("variant is only for status 409".into()),
+            // The sender waits for Retry-After only on these; verify would hold it to a deadline it may ignore.
+            Action::Status {
+                status,
+                retry_after: Some(_),
+                ..
+            } if *status != 429 && *status != 503 => Err("retryAfter is only for status 429 and 503".into()),
             Action::Latency { ms } if *ms > 120_000 => Err("latency is at most 120000 ms".into()),
             Action::Resync { .. } | Action::Forget if self.count.is_some() => {
                 Err("resync and forget act once, when posted: no count".into())
@@ -279,6 +285,7 @@ mod tests {
         let parse = Fault::from_json;
         assert!(parse(json!({"kind": "status", "status": 418})).is_err());
         assert!(parse(json!({"kind": "status", "status": 500, "variant": "resync"})).is_err());
+        assert!(parse(json!({"kind": "status", "status": 500, "retryAfter": 5})).is_err());
         assert!(parse(json!({"kind": "forget", "count": 2})).is_err());
         assert!(parse(json!({"kind": "explode"})).is_err());
         assert!(
