@@ -243,7 +243,12 @@ pub async fn handle(
             }
         },
     };
-    match decision.action {
+    deliver(hub, ctl, answer, decision.action.as_ref()).await
+}
+
+/// Sends the answer, or closes the connection instead when a fault says so (after the request was stored).
+async fn deliver(hub: &Hub, ctl: &ConnCtl, answer: Answer, action: Option<&Action>) -> Result<Response<Body>, Abort> {
+    match action {
         Some(Action::CommitThenDrop) => {
             relog(hub, &answer, "fault: committed, then closed without answering").await;
             Err(Abort)
