@@ -251,6 +251,23 @@ async fn a_digest_needs_changed_missing_and_unlisted_uids() {
         .map(|(i, n)| application(i as u64 + 1, "n", n, Some("Healthy"), "Synced"))
         .collect();
     ok(a.report(&batch("a1", 1, "1-1", None, held.clone())).await);
+    // An Event is kept, but it is not an object: the final chunk does not ask for it.
+    let event = json!({"op": "event", "seq": 4,
+        "ref": {"apiVersion": "v1", "kind": "Event", "namespace": "n", "name": "a.17f3", "uid": "event-1"},
+        "resourceVersion": "9", "generation": null, "contentHash": null, "observedAt": "2026-11-26T10:04:04.900Z",
+        "summary": null, "truncated": false,
+        "status": {"involvedObject": {"apiVersion": "capstan.dev/v1alpha1", "kind": "Application", "namespace": "n",
+                                      "name": "a", "uid": "uid-n-a"},
+                   "reason": "SyncFailed", "type": "Warning", "message": "boom", "count": 1,
+                   "firstTimestamp": "2026-11-26T10:04:00Z", "lastTimestamp": "2026-11-26T10:04:00Z"}});
+    assert_eq!(
+        ok(a.report(&batch("a1", 1, "1-2", None, vec![event])).await).body["results"],
+        json!([])
+    );
+    assert_eq!(
+        hub.get("/api/agents/a1/events").await.1[0]["status"]["reason"],
+        "SyncFailed"
+    );
     let entry = |item: &Value, hash: Option<&str>| json!({"uid": item["ref"]["uid"], "kind": "Application", "contentHash": hash.map_or(item["contentHash"].clone(), |h| json!(h))});
     let other = capstan_e2e::hub::content_hash("changed");
     let d = application(9, "n", "d", Some("Healthy"), "Synced");

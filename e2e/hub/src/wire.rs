@@ -309,7 +309,10 @@ fn check_event(item: &Item) -> Result<(), ItemProblem> {
             item.object.kind
         )));
     }
-    content_hash(item.content_hash.as_deref())?;
+    // Events are never listed in a digest, so their hash is optional; a present one must be well-formed.
+    if item.content_hash.is_some() {
+        content_hash(item.content_hash.as_deref())?;
+    }
     let about = item
         .status
         .as_ref()
@@ -639,6 +642,10 @@ mod tests {
         event["ref"]["apiVersion"] = json!("v1");
         event["status"] = json!({"involvedObject": {"kind": "Application", "name": "web"}, "reason": "Synced"});
         assert!(parse_item(&event).is_ok());
+        event["contentHash"] = Value::Null;
+        assert!(parse_item(&event).is_ok(), "an event's hash is optional");
+        event["status"] = json!({"reason": "Synced"});
+        assert!(parse_item(&event).unwrap_err().message.contains("involvedObject"));
     }
 
     #[test]
