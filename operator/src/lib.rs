@@ -10,6 +10,7 @@ pub mod http;
 pub mod metrics;
 pub mod policy;
 pub mod render;
+pub mod reporter;
 pub mod source;
 pub mod telemetry;
 pub mod webhook;

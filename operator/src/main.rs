@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use capstan::controllers::{self, parse_duration, Context, ControllerSet, Settings, Shutdown};
+use capstan::controllers::{self, parse_duration, Context, ControllerName, ControllerSet, Settings, Shutdown};
 use capstan::source::git::{Git2Source, GitConfig};
 use capstan::telemetry::LogFormat;
 use capstan::{http, metrics::Metrics, webhook};
@@ -132,6 +132,10 @@ async fn operate(args: RunArgs) -> anyhow::Result<()> {
     };
     let registry = prometheus::Registry::new();
     let metrics = Metrics::register(&registry)?;
+    let reporter_metrics = selected
+        .contains(ControllerName::Reporter)
+        .then(|| capstan::reporter::ReporterMetrics::register(&registry))
+        .transpose()?;
     let config = kube::Config::infer()
         .await
         .context("no Kubernetes configuration (KUBECONFIG or in-cluster)")?;
@@ -184,7 +188,15 @@ async fn operate(args: RunArgs) -> anyhow::Result<()> {
         servers.spawn(webhook::serve(listener, state, shutdown.clone()));
     }
 
-    let result = controllers::run(ctx, &selected, shutdown.clone()).await;
+    let reporter = reporter_metrics.map(|m| tokio::spawn(capstan::reporter::run(Arc::clone(&ctx), m, shutdown.clone())));
+    let mut result = controllers::run(ctx, &selected, shutdown.clone()).await;
+    if let Some(reporter) = reporter {
+        // Only the reporter selected: wait for it (it stops on the shutdown signal).
+        let stopped = reporter.await.unwrap_or_else(|e| Err(anyhow::anyhow!("reporter task panicked: {e}")));
+        if result.is_ok() {
+            result = stopped;
+        }
+    }
     shutdown.trigger();
     // Servers stop on the shutdown signal (bounded); the Secret watch does not, so it is aborted.
     if let Some(watch) = secret_watch {

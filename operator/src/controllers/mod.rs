@@ -91,6 +91,7 @@ impl ControllerName {
                 | ControllerName::Cluster
                 | ControllerName::PolicySet
                 | ControllerName::ApplicationSet
+                | ControllerName::Reporter
         )
     }
 }
@@ -209,10 +210,11 @@ impl Shutdown {
 }
 
 /// Starts the selected controllers that exist and runs them until `shutdown` fires. Known
-/// controllers that are not built yet are logged and skipped.
+/// controllers that are not built yet are logged and skipped. The reporter is not started here: it
+/// needs its own metrics and is started by the binary (`crate::reporter::run`).
 pub async fn run(ctx: Arc<Context>, controllers: &ControllerSet, shutdown: Shutdown) -> anyhow::Result<()> {
     let mut tasks = tokio::task::JoinSet::new();
-    for name in controllers.iter() {
+    for name in controllers.iter().filter(|c| *c != ControllerName::Reporter) {
         if !name.is_built() {
             tracing::info!(controller = name.as_str(), "controller not built yet; skipped");
             continue;
@@ -414,7 +416,7 @@ mod tests {
         assert_eq!(err, UnknownController("nope".into()));
         assert!(err.to_string().contains("known: repository"));
         assert!(ControllerName::Repository.is_built());
-        assert!(!ControllerName::Reporter.is_built());
+        assert!(ControllerName::Reporter.is_built());
     }
 
     #[test]

@@ -188,7 +188,7 @@ pub fn validate_proxy(proxy: &str) -> Result<(), String> {
 
 /// Server trust: the Repository's CA bundle alone when given (Argo CD's per-repository CA),
 /// none with `insecureSkipTLSVerify`, else the platform's trust store. Plus the client certificate.
-fn tls_config(creds: &Credentials) -> Result<TlsConfig, HttpFailure> {
+pub(crate) fn tls_config(creds: &Credentials) -> Result<TlsConfig, HttpFailure> {
     let mut tls = TlsConfig::builder().client_cert(client_cert(creds)?);
     if creds.insecure_skip_tls_verify {
         tls = tls.disable_verification(true);
