@@ -294,6 +294,10 @@ pub fn sign(key: &[u8], body: &[u8]) -> String {
 }
 
 #[cfg(test)]
+#[path = "client_tests.rs"]
+mod receiver_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
