@@ -115,7 +115,7 @@ pub struct Projected {
     pub generation: Option<i64>,
     /// `sha256:<hex>` of the projection without volatile fields.
     pub content_hash: String,
-    /// The short summary (`sync`, `health`, `revision` for an Application; `ready` otherwise).
+    /// The short summary (`sync`, `health`, `revision`, `operationPhase` for an Application; `ready` otherwise).
     pub summary: Value,
     /// The allow-listed projection.
     pub status: Value,
@@ -367,7 +367,7 @@ fn application(obj: &Value, b: &mut Budget, message_max: usize, keep: usize) -> 
         "history": recent,
         "reconciledAt": b.text(st.get("reconciledAt"), 64),
     });
-    let summary = json!({"sync": sync, "health": health, "revision": revision});
+    let summary = json!({"sync": sync, "health": health, "revision": revision, "operationPhase": b.text(op.get("phase"), 32)});
     (summary, status)
 }
 

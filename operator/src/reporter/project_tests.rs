@@ -40,7 +40,10 @@ fn application_projection_is_an_allow_list() {
     let p = project(Kind::Application, &app("fine")).unwrap();
     assert_eq!(p.obj_ref.uid, "u-1");
     assert_eq!(p.obj_ref.api_version, CAPSTAN_API_VERSION);
-    assert_eq!(p.summary, json!({"sync": "Synced", "health": "Healthy", "revision": "abc123"}));
+    assert_eq!(
+        p.summary,
+        json!({"sync": "Synced", "health": "Healthy", "revision": "abc123", "operationPhase": "Succeeded"})
+    );
     assert_eq!(p.status["source"]["repoURL"], "https://git.example/repo.git");
     assert_eq!(p.status["prune"], true);
     assert_eq!(p.status["selfHeal"], false);
