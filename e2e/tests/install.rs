@@ -107,3 +107,87 @@ async fn helm_chart_installs_crds_rbac_and_an_operator_that_accepts_its_flags() 
         assert!(help.contains(name), "`capstan run` does not know {name}");
     }
 }
+
+async fn render(values: &str) -> Vec<serde_json::Value> {
+    let root = workspace_root();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("values.yaml");
+    std::fs::write(&file, values).expect("values");
+    let rendered = output(
+        Command::new(root.join("e2e/tools/helm"))
+            .args(["template", "capstan"])
+            .arg(root.join("charts/capstan"))
+            .args(["--namespace", OPERATOR_NAMESPACE, "-f"])
+            .arg(&file),
+        "helm template",
+    )
+    .await;
+    rendered
+        .split("\n---")
+        .filter_map(|doc| serde_saphyr::from_str::<serde_json::Value>(doc).ok())
+        .filter(|v| v.is_object())
+        .collect()
+}
+
+fn find<'a>(objects: &'a [serde_json::Value], kind: &str, name: &str) -> Option<&'a serde_json::Value> {
+    objects.iter().find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+}
+
+fn verbs_on(role: &serde_json::Value, resource: &str) -> Vec<String> {
+    role["rules"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["resources"].as_array().is_some_and(|rs| rs.iter().any(|x| x == resource)))
+        .flat_map(|r| r["verbs"].as_array().cloned().unwrap_or_default())
+        .filter_map(|v| v.as_str().map(str::to_owned))
+        .collect()
+}
+
+/// `reporter.enabled` (off by default): its own Deployment running `--controllers=reporter` with flags the binary
+/// knows, its own ServiceAccount, read-only access to the five kinds and Events, its Lease, checkpoint, settings
+/// and token by name — and write access to Applications only when `reporter.tasks.namespaces` is set.
+#[tokio::test]
+async fn helm_chart_reporter_is_opt_in_and_least_privilege() {
+    let default = render("{}\n").await;
+    assert!(find(&default, "Deployment", "capstan-reporter").is_none(), "the reporter is off by default");
+
+    let on = render("reporter:\n  enabled: true\n  config: {url: \"https://saas.example\", agentId: prod-1}\n").await;
+    let deployment = find(&on, "Deployment", "capstan-reporter").expect("the reporter Deployment");
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], "capstan-reporter");
+    let args: Vec<String> = serde_json::from_value(pod["containers"][0]["args"].clone()).expect("args");
+    assert!(args.iter().any(|a| a == "--controllers=reporter"), "{args:?}");
+    let help = output(
+        Command::new(workspace_binary("capstan")).args(["run", "--help"]),
+        "capstan run --help",
+    )
+    .await;
+    for flag in args.iter().skip(1) {
+        let name = flag.split('=').next().unwrap_or(flag);
+        assert!(help.contains(name), "`capstan run` does not know {name}");
+    }
+    let cluster_role = find(&on, "ClusterRole", "capstan-reporter").expect("the reporter ClusterRole");
+    for kind in ["applications", "applicationsets", "repositories", "clusters", "policysets", "events"] {
+        assert_eq!(verbs_on(cluster_role, kind), ["get", "list", "watch"], "{kind}");
+    }
+    assert!(verbs_on(cluster_role, "secrets").is_empty(), "the reporter never reads Secrets cluster-wide");
+    let role = find(&on, "Role", "capstan-reporter").expect("the reporter Role");
+    let by_name: Vec<&serde_json::Value> = role["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .filter(|r| r["resources"].as_array().is_some_and(|rs| rs.iter().any(|x| x == "secrets")))
+        .collect();
+    assert_eq!(by_name.len(), 1);
+    assert_eq!(by_name[0]["resourceNames"], serde_json::json!(["capstan-reporter"]));
+    let settings = find(&on, "ConfigMap", "capstan-reporter").expect("the settings ConfigMap");
+    assert_eq!(settings["data"]["agentId"], "prod-1");
+    assert_eq!(settings["data"]["tasks.namespaces"], "");
+
+    let tasks = render("reporter:\n  enabled: true\n  tasks: {namespaces: \"team-*\"}\n").await;
+    let cluster_role = find(&tasks, "ClusterRole", "capstan-reporter").expect("the reporter ClusterRole");
+    assert!(verbs_on(cluster_role, "applications").contains(&"patch".to_string()));
+    assert!(verbs_on(cluster_role, "applications/status").contains(&"patch".to_string()));
+    assert!(find(&tasks, "ConfigMap", "capstan-reporter").is_none(), "no url: the ConfigMap is the user's");
+}
