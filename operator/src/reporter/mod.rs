@@ -117,6 +117,9 @@ pub struct Shared {
     pub resync_request: Mutex<Option<String>>,
     /// Recent task ids (idempotency).
     pub recent_tasks: Mutex<tasks::RecentTasks>,
+    /// Woken when a lane reaches the receiver after a failure: the other lanes end their backoff
+    /// sleeps, so a receiver that comes back is noticed by the first lane to try, not by the slowest.
+    pub reconnected: Notify,
 }
 
 impl Shared {
@@ -207,6 +210,7 @@ pub async fn run(ctx: Arc<Context>, metrics: ReporterMetrics, shutdown: Shutdown
         stale_epoch: Mutex::new(None),
         resync_request: Mutex::new(None),
         recent_tasks: Mutex::new(tasks::RecentTasks::default()),
+        reconnected: Notify::new(),
     });
     tracing::info!(instance = shared.instance, "reporter starting");
     if let Ok(v) = client.apiserver_version().await {

@@ -485,7 +485,10 @@ impl Shared {
             Verdict::Ack => match serde_json::from_slice::<T>(&answer.body) {
                 Ok(parsed) => {
                     *attempt = 0;
-                    m.connected.set(1);
+                    if m.connected.get() == 0 {
+                        m.connected.set(1);
+                        self.reconnected.notify_waiters();
+                    }
                     Some(Outcome::Ok(parsed))
                 }
                 Err(_) => {
@@ -538,6 +541,7 @@ impl Shared {
         tokio::select! {
             _ = shutdown.wait() => None,
             _ = tokio::time::sleep(wait) => Some(Outcome::Again),
+            _ = self.reconnected.notified() => Some(Outcome::Again),
         }
     }
 
