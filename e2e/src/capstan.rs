@@ -431,6 +431,11 @@ impl Operator {
         }
     }
 
+    /// The process id of the running operator.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().and_then(Child::id)
+    }
+
     /// `http://127.0.0.1:PORT` of `/metrics`, `/healthz`, `/readyz`.
     pub fn metrics_addr(&self) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], self.metrics_port))

@@ -28,6 +28,7 @@ pub mod hub;
 pub mod kubectl;
 pub mod process;
 pub mod raw_http;
+pub mod reporter;
 pub mod requests;
 pub mod wait;
 pub mod watching;
