@@ -38,7 +38,7 @@ fn forward(pipe: impl AsyncRead + Unpin + Send + 'static, tx: mpsc::UnboundedSen
 async fn make_demo_oneshot_reaches_synced_and_healthy_and_exits_zero() {
     let binary = demo_binary();
     let profile_dir = binary.parent().expect("target/<profile>/").to_path_buf();
-    for needed in ["capstan", "devcluster"] {
+    for needed in ["capstan", "capstan-hub", "devcluster"] {
         assert!(
             profile_dir.join(needed).exists(),
             "{} is missing: build it first (`cargo build --workspace --bins`, or `make e2e`)",
@@ -101,6 +101,12 @@ async fn make_demo_oneshot_reaches_synced_and_healthy_and_exits_zero() {
             .any(|l| l.contains("Application guestbook is Synced and Healthy at revision")),
         "the demo says when the Application is Synced and Healthy; its output:\n{output}"
     );
+    assert!(
+        output
+            .lines()
+            .any(|l| l.contains("the hub page shows Application guestbook Synced/Healthy: http://127.0.0.1:")),
+        "the demo's reporter gets the Application to the hub page; its output:\n{output}"
+    );
     // The live view showed the sync as it happened: the PreSync hook and both waves.
     for expected in [
         "PreSync hook",
@@ -115,7 +121,7 @@ async fn make_demo_oneshot_reaches_synced_and_healthy_and_exits_zero() {
     }
     // It stopped what it started.
     assert!(
-        output.contains("stopping the operator, git daemon and devcluster"),
+        output.contains("stopping the reporter, the operator, capstan-hub, git daemon and devcluster"),
         "{output}"
     );
 }

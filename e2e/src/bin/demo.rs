@@ -5,15 +5,18 @@
 //! 3. creates a bare Git repository seeded from `config/samples/guestbook/` and serves it with `git daemon`
 //!    on loopback (the real `git://` protocol);
 //! 4. starts the operator (`capstan run`), logging to `target/demo/capstan.log`;
-//! 5. applies `config/samples/repository.yaml` and `config/samples/application.yaml` with the URL filled in;
-//! 6. shows progress — the Application's sync and health status, the running operation (phase, wave) and
+//! 5. starts `capstan-hub` (the reference SaaS receiver) and the reporter (`capstan run --controllers
+//!    reporter`) pointed at it, and prints the hub page's URL;
+//! 6. applies `config/samples/repository.yaml` and `config/samples/application.yaml` with the URL filled in;
+//! 7. shows progress — the Application's sync and health status, the running operation (phase, wave) and
 //!    each resource as it changes — one line per change, until it is Synced and Healthy; then prints how to
 //!    use kubectl against the devcluster and how to change the sample in Git, and keeps running (and
-//!    reporting changes) until Ctrl-C.
+//!    reporting changes) until Ctrl-C. Once Synced and Healthy, it also waits until the hub page shows the
+//!    Application Synced/Healthy (the reporter got it there).
 //!
 //! Environment: `DEMO_ONESHOT=1` exits 0 once Synced and Healthy, or non-zero with the reason after
 //! `DEMO_DEADLINE` (default `180s`); `DEMO_DIR` moves the work directory (default `target/demo`).
-//! The binary expects `capstan` and `devcluster` next to it (`cargo build --workspace --bins`).
+//! The binary expects `capstan`, `capstan-hub` and `devcluster` next to it (`cargo build --workspace --bins`).
 
 use std::{
     collections::BTreeMap,
@@ -49,6 +52,8 @@ const APP: &str = "guestbook";
 const APP_PATH: &str = "guestbook";
 /// The destination namespace of the sample Application.
 const DEST_NAMESPACE: &str = "guestbook";
+/// The token the demo's hub accepts and its reporter sends.
+const HUB_TOKEN: &str = "demo-token";
 /// How often the live view polls.
 const REFRESH: Duration = Duration::from_millis(500);
 /// Upper bound for each start-up step (devcluster, git daemon, operator readiness).
@@ -230,8 +235,12 @@ impl Proc {
 struct Demo {
     settings: Settings,
     started: Instant,
-    // Stopped in this order: the operator first, then Git, then the cluster they talk to.
+    // Stopped in this order: the reporter and the operator first, then the hub and Git, then the cluster.
+    reporter: Option<Proc>,
     operator: Option<Proc>,
+    hub: Option<Proc>,
+    /// The hub's base URL (its page is at `/`).
+    hub_url: Option<String>,
     git_daemon: Option<Proc>,
     devcluster: Option<Proc>,
     reached_goal: bool,
@@ -249,7 +258,10 @@ impl Demo {
         Self {
             settings,
             started: Instant::now(),
+            reporter: None,
             operator: None,
+            hub: None,
+            hub_url: None,
             git_daemon: None,
             devcluster: None,
             reached_goal: false,
@@ -299,14 +311,23 @@ impl Demo {
         self.start_operator(&kubeconfig).await?;
         detail(&format!("operator ready (log: {})", dir.join("capstan.log").display()));
 
+        step(5, "starting capstan-hub (the reference SaaS receiver) and the reporter");
+        let hub_url = self.start_hub().await?;
+        self.start_reporter(&kubectl, &kubeconfig, &hub_url).await?;
+        detail(&format!(
+            "hub page: {hub_url}/ (logs: {}, {})",
+            dir.join("capstan-hub.log").display(),
+            dir.join("reporter.log").display()
+        ));
+
         step(
-            5,
+            6,
             "applying config/samples/repository.yaml and config/samples/application.yaml",
         );
         self.apply_samples(&kubectl, &repo_url).await?;
 
         step(
-            6,
+            7,
             &format!("watching Application {OPERATOR_NAMESPACE}/{APP} until it is Synced and Healthy"),
         );
         let client = client(&kubeconfig).await?;
@@ -320,7 +341,7 @@ impl Demo {
 
     /// The tools the demo needs, with a message that says what to do when one is missing.
     fn preflight(&self) -> Result<()> {
-        for bin in ["capstan", "devcluster"] {
+        for bin in ["capstan", "capstan-hub", "devcluster"] {
             let path = self.settings.bin_dir.join(bin);
             if !path.exists() {
                 bail!(
@@ -503,6 +524,116 @@ impl Demo {
         }
     }
 
+    /// `capstan-hub` on a free loopback port with its database in the work directory; returns its URL.
+    async fn start_hub(&mut self) -> Result<String> {
+        let log = self.settings.dir.join("capstan-hub.log");
+        let mut cmd = Command::new(self.settings.bin_dir.join("capstan-hub"));
+        cmd.args(["--listen", "127.0.0.1:0", "--token", HUB_TOKEN, "--db"])
+            .arg(self.settings.dir.join("hub.db"));
+        detail(&format!(
+            "capstan-hub --listen 127.0.0.1:0 --db {} --token …",
+            self.settings.dir.join("hub.db").display()
+        ));
+        let proc = self.hub.insert(Proc::spawn("capstan-hub", cmd, log.clone())?);
+        let deadline = Instant::now() + STARTUP;
+        loop {
+            let printed = fs::read_to_string(&log).unwrap_or_default();
+            if let Some(url) = printed.lines().find_map(|l| l.strip_prefix("capstan-hub ready: ")) {
+                let url = url.trim().to_owned();
+                self.hub_url = Some(url.clone());
+                return Ok(url);
+            }
+            proc.check_running()?;
+            if Instant::now() > deadline {
+                bail!(
+                    "capstan-hub did not print its ready line within {STARTUP:?}\n{}",
+                    log_tail(&log, 40)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// ConfigMap and Secret `capstan-reporter` pointing at the hub, then `capstan run --controllers reporter`.
+    async fn start_reporter(&mut self, kubectl: &Kubectl, kubeconfig: &Path, hub_url: &str) -> Result<()> {
+        let settings = to_yaml(&[
+            serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "capstan-reporter", "namespace": OPERATOR_NAMESPACE},
+                "data": {"url": hub_url, "agentId": "demo", "clusterName": "devcluster"}}),
+            serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "capstan-reporter", "namespace": OPERATOR_NAMESPACE},
+                "stringData": {"token": HUB_TOKEN}}),
+        ]);
+        kubectl_ok(kubectl, &["apply", "-f", "-"], Some(&settings)).await?;
+        let port = free_port();
+        let addr = format!("127.0.0.1:{port}");
+        let args = [
+            "run",
+            "--controllers",
+            "reporter",
+            "--namespace",
+            OPERATOR_NAMESPACE,
+            "--metrics-addr",
+            &addr,
+        ];
+        detail(&format!("capstan {}", args.join(" ")));
+        let mut cmd = Command::new(self.settings.bin_dir.join("capstan"));
+        cmd.args(args)
+            .env("KUBECONFIG", kubeconfig)
+            .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
+            .env_remove("CAPSTAN_NAMESPACE");
+        let log = self.settings.dir.join("reporter.log");
+        let proc = self.reporter.insert(Proc::spawn("the reporter", cmd, log.clone())?);
+        let socket = addr.parse().context("the reporter's metrics address")?;
+        let deadline = Instant::now() + STARTUP;
+        loop {
+            if let Some((200, _)) = http_get(socket, "/readyz").await {
+                return Ok(());
+            }
+            proc.check_running()?;
+            if Instant::now() > deadline {
+                bail!(
+                    "the reporter did not become ready within {STARTUP:?}\n{}",
+                    log_tail(&log, 40)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Waits (until `deadline`) for the hub page to show the Application Synced and Healthy.
+    async fn wait_hub_page(&mut self, deadline: Instant) -> Result<()> {
+        let Some(url) = self.hub_url.clone() else { return Ok(()) };
+        let socket = url
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .parse()
+            .context("the hub's address")?;
+        loop {
+            if let Some((200, body)) = http_get(socket, "/api/applications").await {
+                let apps: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+                let shown = apps.as_array().into_iter().flatten().any(|a| {
+                    a["name"] == APP
+                        && a["namespace"] == OPERATOR_NAMESPACE
+                        && a["sync"] == "Synced"
+                        && a["health"] == "Healthy"
+                });
+                if shown {
+                    say(&format!("the hub page shows Application {APP} Synced/Healthy: {url}/"));
+                    return Ok(());
+                }
+            }
+            self.check_children()?;
+            if Instant::now() > deadline {
+                bail!(
+                    "the hub page does not show {APP} Synced/Healthy within DEMO_DEADLINE\n{}",
+                    log_tail(&self.settings.dir.join("reporter.log"), 40)
+                );
+            }
+            tokio::time::sleep(REFRESH).await;
+        }
+    }
+
     /// The sample Repository and Application with the demo's repository URL filled in.
     async fn apply_samples(&self, kubectl: &Kubectl, repo_url: &str) -> Result<()> {
         let samples = self.settings.root.join("config/samples");
@@ -579,6 +710,7 @@ impl Demo {
                 self.reached_goal = true;
                 let app = last_app.as_ref().expect("an Application was read");
                 self.print_success(app, watch_started.elapsed());
+                self.wait_hub_page(deadline).await?;
                 if self.settings.oneshot {
                     say("DEMO_ONESHOT is set: stopping now (plain `make demo` keeps running)");
                     return Ok(());
@@ -597,9 +729,15 @@ impl Demo {
     }
 
     fn check_children(&mut self) -> Result<()> {
-        for proc in [&mut self.operator, &mut self.git_daemon, &mut self.devcluster]
-            .into_iter()
-            .flatten()
+        for proc in [
+            &mut self.reporter,
+            &mut self.operator,
+            &mut self.hub,
+            &mut self.git_daemon,
+            &mut self.devcluster,
+        ]
+        .into_iter()
+        .flatten()
         {
             proc.check_running()?;
         }
@@ -697,9 +835,13 @@ What next — in another terminal:
   # or drift the cluster by hand: selfHeal puts it back
   kubectl scale deploy/guestbook-ui -n {DEST_NAMESPACE} --replicas=5
 
+  # what the SaaS side sees (capstan-hub, fed by the reporter)
+  open {hub}/
+
 This terminal keeps reporting every change. Operator log: {log}. Ctrl-C stops the demo.
 ",
             url = setup.repo_url,
+            hub = self.hub_url.as_deref().unwrap_or("(no hub)"),
             log = self.settings.dir.join("capstan.log").display(),
         );
     }
@@ -755,9 +897,15 @@ This terminal keeps reporting every change. Operator log: {log}. Ctrl-C stops th
 
     /// Stops the children: the operator first, then the Git server, then the cluster.
     async fn shutdown(&mut self) {
-        let procs = [self.operator.take(), self.git_daemon.take(), self.devcluster.take()];
+        let procs = [
+            self.reporter.take(),
+            self.operator.take(),
+            self.hub.take(),
+            self.git_daemon.take(),
+            self.devcluster.take(),
+        ];
         if procs.iter().any(Option::is_some) {
-            say("stopping the operator, git daemon and devcluster");
+            say("stopping the reporter, the operator, capstan-hub, git daemon and devcluster");
         }
         for proc in procs.into_iter().flatten() {
             proc.stop(Duration::from_secs(10)).await;
@@ -918,7 +1066,7 @@ fn say(msg: &str) {
 }
 
 fn step(n: u32, msg: &str) {
-    println!("==> [{n}/6] {msg}");
+    println!("==> [{n}/7] {msg}");
 }
 
 fn detail(msg: &str) {
