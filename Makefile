@@ -43,6 +43,7 @@ bench: ## benchmarks, release profile (figures go to docs/benchmarks.md)
 	$(CARGO) bench -p capstan --bench source_render
 	$(CARGO) bench -p capstan --bench appset
 	$(CARGO) bench -p capstan-e2e --bench operator
+	$(CARGO) bench -p capstan-e2e --bench reporter
 
 demo: ## the whole GitOps loop on the embedded devcluster, live (DEMO_ONESHOT=1: exit once Synced and Healthy)
 	$(CARGO) build --workspace --bins
