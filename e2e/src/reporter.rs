@@ -59,7 +59,8 @@ impl ReporterEnv {
             .await;
         let mut env = env;
         for _ in 0..options.replicas.max(1) {
-            env.reporters.push(Operator::start(env.cluster.kubeconfig_path(), reporter_options()).await);
+            env.reporters
+                .push(Operator::start(env.cluster.kubeconfig_path(), reporter_options()).await);
         }
         env
     }
@@ -164,7 +165,9 @@ pub async fn create_app(client: &Client, ns: &str, name: &str, health: &str) {
         }
     });
     let params = PatchParams::apply("e2e").force();
-    api.patch(name, &params, &Patch::Apply(&app)).await.expect("create the Application");
+    api.patch(name, &params, &Patch::Apply(&app))
+        .await
+        .expect("create the Application");
     set_status(client, ns, name, &app_status(health)).await;
 }
 

@@ -130,7 +130,9 @@ async fn render(values: &str) -> Vec<serde_json::Value> {
 }
 
 fn find<'a>(objects: &'a [serde_json::Value], kind: &str, name: &str) -> Option<&'a serde_json::Value> {
-    objects.iter().find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+    objects
+        .iter()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
 }
 
 fn verbs_on(role: &serde_json::Value, resource: &str) -> Vec<String> {
@@ -138,7 +140,11 @@ fn verbs_on(role: &serde_json::Value, resource: &str) -> Vec<String> {
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|r| r["resources"].as_array().is_some_and(|rs| rs.iter().any(|x| x == resource)))
+        .filter(|r| {
+            r["resources"]
+                .as_array()
+                .is_some_and(|rs| rs.iter().any(|x| x == resource))
+        })
         .flat_map(|r| r["verbs"].as_array().cloned().unwrap_or_default())
         .filter_map(|v| v.as_str().map(str::to_owned))
         .collect()
@@ -150,7 +156,10 @@ fn verbs_on(role: &serde_json::Value, resource: &str) -> Vec<String> {
 #[tokio::test]
 async fn helm_chart_reporter_is_opt_in_and_least_privilege() {
     let default = render("{}\n").await;
-    assert!(find(&default, "Deployment", "capstan-reporter").is_none(), "the reporter is off by default");
+    assert!(
+        find(&default, "Deployment", "capstan-reporter").is_none(),
+        "the reporter is off by default"
+    );
 
     let on = render("reporter:\n  enabled: true\n  config: {url: \"https://saas.example\", agentId: prod-1}\n").await;
     let deployment = find(&on, "Deployment", "capstan-reporter").expect("the reporter Deployment");
@@ -168,16 +177,30 @@ async fn helm_chart_reporter_is_opt_in_and_least_privilege() {
         assert!(help.contains(name), "`capstan run` does not know {name}");
     }
     let cluster_role = find(&on, "ClusterRole", "capstan-reporter").expect("the reporter ClusterRole");
-    for kind in ["applications", "applicationsets", "repositories", "clusters", "policysets", "events"] {
+    for kind in [
+        "applications",
+        "applicationsets",
+        "repositories",
+        "clusters",
+        "policysets",
+        "events",
+    ] {
         assert_eq!(verbs_on(cluster_role, kind), ["get", "list", "watch"], "{kind}");
     }
-    assert!(verbs_on(cluster_role, "secrets").is_empty(), "the reporter never reads Secrets cluster-wide");
+    assert!(
+        verbs_on(cluster_role, "secrets").is_empty(),
+        "the reporter never reads Secrets cluster-wide"
+    );
     let role = find(&on, "Role", "capstan-reporter").expect("the reporter Role");
     let by_name: Vec<&serde_json::Value> = role["rules"]
         .as_array()
         .expect("rules")
         .iter()
-        .filter(|r| r["resources"].as_array().is_some_and(|rs| rs.iter().any(|x| x == "secrets")))
+        .filter(|r| {
+            r["resources"]
+                .as_array()
+                .is_some_and(|rs| rs.iter().any(|x| x == "secrets"))
+        })
         .collect();
     assert_eq!(by_name.len(), 1);
     assert_eq!(by_name[0]["resourceNames"], serde_json::json!(["capstan-reporter"]));
@@ -189,5 +212,8 @@ async fn helm_chart_reporter_is_opt_in_and_least_privilege() {
     let cluster_role = find(&tasks, "ClusterRole", "capstan-reporter").expect("the reporter ClusterRole");
     assert!(verbs_on(cluster_role, "applications").contains(&"patch".to_string()));
     assert!(verbs_on(cluster_role, "applications/status").contains(&"patch".to_string()));
-    assert!(find(&tasks, "ConfigMap", "capstan-reporter").is_none(), "no url: the ConfigMap is the user's");
+    assert!(
+        find(&tasks, "ConfigMap", "capstan-reporter").is_none(),
+        "no url: the ConfigMap is the user's"
+    );
 }

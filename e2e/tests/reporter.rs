@@ -24,7 +24,12 @@ fn items(requests: &[Value]) -> Vec<(u64, Value)> {
         .iter()
         .flat_map(|r| {
             let epoch = r["body"]["epoch"].as_u64().unwrap_or(0);
-            r["body"]["items"].as_array().cloned().unwrap_or_default().into_iter().map(move |i| (epoch, i))
+            r["body"]["items"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .map(move |i| (epoch, i))
         })
         .collect()
 }
@@ -50,26 +55,63 @@ async fn registers_sends_deltas_and_deletes_and_never_a_credential() {
     }
     env.wait_hub_health("api", "Progressing").await;
     env.wait_hub_health("web", "Healthy").await;
-    let repo = wait_for("the Repository at the hub", HUB_TIMEOUT, POLL, || env.hub_object("Repository", "repo")).await;
+    let repo = wait_for("the Repository at the hub", HUB_TIMEOUT, POLL, || {
+        env.hub_object("Repository", "repo")
+    })
+    .await;
     assert_eq!(repo["status"]["url"], "https://git.example/apps.git", "{repo}");
-    let snapshots: Vec<Value> = env.requests_to("reports").await.into_iter().filter(|r| r["body"]["mode"] == "snapshot").collect();
+    let snapshots: Vec<Value> = env
+        .requests_to("reports")
+        .await
+        .into_iter()
+        .filter(|r| r["body"]["mode"] == "snapshot")
+        .collect();
     assert!(!snapshots.is_empty(), "first registration is a snapshot");
 
     env.set_health("api", "Healthy").await;
     env.wait_hub_health("api", "Healthy").await;
     let client = env.client().await;
-    set_status(&client, &env.ns, "web", &json!({"reconciledAt": "2030-01-01T00:00:00Z"})).await;
-    env.cluster.kubectl_ok(&["delete", "applications.capstan.dev", "db", "-n", &env.ns]).await;
-    wait_until("the hub to delete db", HUB_TIMEOUT, POLL, || async { env.hub_object("Application", "db").await.is_none() }).await;
+    set_status(
+        &client,
+        &env.ns,
+        "web",
+        &json!({"reconciledAt": "2030-01-01T00:00:00Z"}),
+    )
+    .await;
+    env.cluster
+        .kubectl_ok(&["delete", "applications.capstan.dev", "db", "-n", &env.ns])
+        .await;
+    wait_until("the hub to delete db", HUB_TIMEOUT, POLL, || async {
+        env.hub_object("Application", "db").await.is_none()
+    })
+    .await;
     let sent = items(&env.requests_to("reports").await);
     let web_items = sent.iter().filter(|(_, i)| i["ref"]["name"] == "web").count();
-    assert_eq!(web_items, 1, "web changed only its reconciledAt after the snapshot: not sent again");
-    assert!(sent.iter().any(|(_, i)| i["op"] == "delete" && i["ref"]["name"] == "db"));
+    assert_eq!(
+        web_items, 1,
+        "web changed only its reconciledAt after the snapshot: not sent again"
+    );
+    assert!(sent
+        .iter()
+        .any(|(_, i)| i["op"] == "delete" && i["ref"]["name"] == "db"));
 
     assert!(env.hub.search(canary).await.is_empty(), "the canary reached the hub");
-    assert!(env.hub.search(&base64(canary)).await.is_empty(), "the canary (base64) reached the hub");
-    assert!(env.hub.search(env.hub.token()).await.iter().all(|m| m["where"] == "headers"), "the token only in headers");
-    assert!(!env.reporters[0].logs().contains(canary), "the canary is in the reporter's log");
+    assert!(
+        env.hub.search(&base64(canary)).await.is_empty(),
+        "the canary (base64) reached the hub"
+    );
+    assert!(
+        env.hub
+            .search(env.hub.token())
+            .await
+            .iter()
+            .all(|m| m["where"] == "headers"),
+        "the token only in headers"
+    );
+    assert!(
+        !env.reporters[0].logs().contains(canary),
+        "the canary is in the reporter's log"
+    );
     let verify = env.hub.verify().await;
     assert!(verify.ok, "{:?}", verify.violations);
     let metrics = env.reporters[0].metrics().await;
@@ -100,7 +142,10 @@ async fn retry_after_is_honoured_by_every_lane() {
     let verify = env.hub.verify().await;
     assert!(verify.ok, "{:?}", verify.violations);
     let metrics = env.reporters[0].metrics().await;
-    assert!(metric(&metrics, "capstan_reporter_retries_total{reason=\"retry_after\"}") >= 2.0, "{metrics}");
+    assert!(
+        metric(&metrics, "capstan_reporter_retries_total{reason=\"retry_after\"}") >= 2.0,
+        "{metrics}"
+    );
 }
 
 /// 401: sending stops, `ReporterAuthFailed`, no crash loop; a new token in the Secret resumes it.
@@ -135,8 +180,16 @@ async fn auth_failure_stops_sending_until_the_token_secret_changes() {
     env.configure("new-token", None).await;
     env.wait_hub_health("web", "Degraded").await;
     let verify = env.hub.verify().await;
-    assert!(verify.ok, "no request after the 401 until the token changed: {:?}", verify.violations);
-    assert_eq!(env.reporters[0].logs().matches("old-token").count(), 0, "the token is in the log");
+    assert!(
+        verify.ok,
+        "no request after the 401 until the token changed: {:?}",
+        verify.violations
+    );
+    assert_eq!(
+        env.reporters[0].logs().matches("old-token").count(),
+        0,
+        "the token is in the log"
+    );
 }
 
 /// The hub commits a batch and drops the answer: the batch comes again (same batchId, same seqs) and is
@@ -146,15 +199,23 @@ async fn commit_then_drop_makes_a_harmless_duplicate() {
     let env = env("rep-dup").await;
     env.create_app("web", "Healthy").await;
     env.wait_hub_health("web", "Healthy").await;
-    env.hub.faults(json!({"kind": "commitThenDrop", "endpoint": "reports"})).await;
+    env.hub
+        .faults(json!({"kind": "commitThenDrop", "endpoint": "reports"}))
+        .await;
     env.set_health("web", "Degraded").await;
     env.wait_hub_health("web", "Degraded").await;
     env.set_health("web", "Healthy").await;
     env.wait_hub_health("web", "Healthy").await;
     let reports = env.requests_to("reports").await;
     let ids: Vec<&str> = reports.iter().filter_map(|r| r["body"]["batchId"].as_str()).collect();
-    let repeated = ids.iter().filter(|id| ids.iter().filter(|o| o == id).count() > 1).count();
-    assert!(repeated >= 2, "the dropped batch was sent again with its batchId: {ids:?}");
+    let repeated = ids
+        .iter()
+        .filter(|id| ids.iter().filter(|o| o == id).count() > 1)
+        .count();
+    assert!(
+        repeated >= 2,
+        "the dropped batch was sent again with its batchId: {ids:?}"
+    );
     let verify = env.hub.verify().await;
     assert!(verify.ok, "{:?}", verify.violations);
 }
@@ -179,11 +240,20 @@ async fn a_huge_status_is_truncated_and_the_rest_flows() {
     .await;
     env.set_health("small", "Degraded").await;
     let big = env.wait_hub_health("big", "Degraded").await;
-    assert_eq!(big["truncated"], true, "{}", &big.to_string()[..400.min(big.to_string().len())]);
+    assert_eq!(
+        big["truncated"],
+        true,
+        "{}",
+        &big.to_string()[..400.min(big.to_string().len())]
+    );
     assert!(big["status"].to_string().len() < 256 * 1024);
     env.wait_hub_health("small", "Degraded").await;
     let metrics = env.reporters[0].metrics().await;
-    assert_eq!(metric(&metrics, "capstan_reporter_items_dropped_total"), 0.0, "{metrics}");
+    assert_eq!(
+        metric(&metrics, "capstan_reporter_items_dropped_total"),
+        0.0,
+        "{metrics}"
+    );
 }
 
 /// SIGKILL while a backlog waits (the hub answers slowly): the restarted reporter goes through
@@ -197,12 +267,30 @@ async fn a_restart_mid_backlog_goes_through_the_digest() {
         capstan_e2e::reporter::create_app(&client, &env.ns, n, "Healthy").await;
     }
     env.wait_hub_health("app-39", "Healthy").await;
-    wait_until("the checkpoint to record the completed snapshot", HUB_TIMEOUT, POLL, || async {
-        let cm = env.cluster.kubectl(&["get", "configmap", "capstan-reporter-checkpoint", "-n", OPERATOR_NAMESPACE, "-o", "jsonpath={.data.lastSnapshotCompleteAt}"]).await;
-        cm.code == Some(0) && !cm.stdout.trim().is_empty()
-    })
+    wait_until(
+        "the checkpoint to record the completed snapshot",
+        HUB_TIMEOUT,
+        POLL,
+        || async {
+            let cm = env
+                .cluster
+                .kubectl(&[
+                    "get",
+                    "configmap",
+                    "capstan-reporter-checkpoint",
+                    "-n",
+                    OPERATOR_NAMESPACE,
+                    "-o",
+                    "jsonpath={.data.lastSnapshotCompleteAt}",
+                ])
+                .await;
+            cm.code == Some(0) && !cm.stdout.trim().is_empty()
+        },
+    )
     .await;
-    env.hub.faults(json!({"kind": "status", "status": 500, "endpoint": "reports", "count": 1000})).await;
+    env.hub
+        .faults(json!({"kind": "status", "status": 500, "endpoint": "reports", "count": 1000}))
+        .await;
     for n in names.iter().take(10) {
         set_status(&client, &env.ns, n, &json!({"health": {"status": "Degraded"}})).await;
     }
@@ -213,17 +301,42 @@ async fn a_restart_mid_backlog_goes_through_the_digest() {
     .await;
     env.reporter().kill().await;
     env.hub.clear_faults().await;
-    let before = env.hub.requests(&env.agent).await.last().and_then(|r| r["id"].as_i64()).unwrap_or(0);
+    let before = env
+        .hub
+        .requests(&env.agent)
+        .await
+        .last()
+        .and_then(|r| r["id"].as_i64())
+        .unwrap_or(0);
     env.reporter().restart().await;
     for n in names.iter().take(10) {
         env.wait_hub_health(n, "Degraded").await;
     }
-    let after: Vec<Value> = env.hub.requests(&env.agent).await.into_iter().filter(|r| r["id"].as_i64().unwrap_or(0) > before).collect();
-    assert!(after.iter().any(|r| r["endpoint"] == "digest"), "no /digest after the restart");
-    let reports: Vec<Value> = after.iter().filter(|r| r["endpoint"] == "reports" && r["code"] == 200).cloned().collect();
-    assert!(reports.iter().all(|r| r["body"]["mode"] == "delta"), "a snapshot was sent after the restart");
+    let after: Vec<Value> = env
+        .hub
+        .requests(&env.agent)
+        .await
+        .into_iter()
+        .filter(|r| r["id"].as_i64().unwrap_or(0) > before)
+        .collect();
+    assert!(
+        after.iter().any(|r| r["endpoint"] == "digest"),
+        "no /digest after the restart"
+    );
+    let reports: Vec<Value> = after
+        .iter()
+        .filter(|r| r["endpoint"] == "reports" && r["code"] == 200)
+        .cloned()
+        .collect();
+    assert!(
+        reports.iter().all(|r| r["body"]["mode"] == "delta"),
+        "a snapshot was sent after the restart"
+    );
     let sent = items(&reports).len();
-    assert!(sent <= 12, "only the changed objects are sent after the digest, not {sent}");
+    assert!(
+        sent <= 12,
+        "only the changed objects are sent after the digest, not {sent}"
+    );
     let verify = env.hub.verify().await;
     assert!(verify.ok, "{:?}", verify.violations);
 }
@@ -232,7 +345,14 @@ async fn a_restart_mid_backlog_goes_through_the_digest() {
 /// never sees an older epoch after it.
 #[tokio::test]
 async fn a_standby_takes_over_with_a_higher_epoch() {
-    let mut env = ReporterEnv::start("rep-ha", ReporterOptions { replicas: 2, ..ReporterOptions::default() }).await;
+    let mut env = ReporterEnv::start(
+        "rep-ha",
+        ReporterOptions {
+            replicas: 2,
+            ..ReporterOptions::default()
+        },
+    )
+    .await;
     env.create_app("web", "Healthy").await;
     env.wait_hub_health("web", "Healthy").await;
     let leader = wait_for("one leader", HUB_TIMEOUT, POLL, || async {
@@ -245,7 +365,9 @@ async fn a_standby_takes_over_with_a_higher_epoch() {
         (leaders.len() == 1).then(|| leaders[0])
     })
     .await;
-    let first_epoch = env.hub_object("Application", "web").await.unwrap()["epoch"].as_u64().unwrap();
+    let first_epoch = env.hub_object("Application", "web").await.unwrap()["epoch"]
+        .as_u64()
+        .unwrap();
     env.reporters[leader].kill().await;
     let other = 1 - leader;
     wait_until("the standby to lead", Duration::from_secs(60), POLL, || async {
@@ -255,9 +377,18 @@ async fn a_standby_takes_over_with_a_higher_epoch() {
     env.set_health("web", "Degraded").await;
     let web = env.wait_hub_health("web", "Degraded").await;
     assert!(web["epoch"].as_u64().unwrap() > first_epoch, "{web}");
-    let epochs: Vec<u64> = env.hub.requests(&env.agent).await.iter().filter_map(|r| r["body"]["epoch"].as_u64()).collect();
+    let epochs: Vec<u64> = env
+        .hub
+        .requests(&env.agent)
+        .await
+        .iter()
+        .filter_map(|r| r["body"]["epoch"].as_u64())
+        .collect();
     let top = epochs.iter().position(|e| *e > first_epoch).expect("the new epoch");
-    assert!(epochs[top..].iter().all(|e| *e > first_epoch), "an older epoch after the new one: {epochs:?}");
+    assert!(
+        epochs[top..].iter().all(|e| *e > first_epoch),
+        "an older epoch after the new one: {epochs:?}"
+    );
     let verify = env.hub.verify().await;
     assert!(verify.ok, "{:?}", verify.violations);
 }
@@ -276,26 +407,58 @@ async fn a_two_minute_outage_costs_one_item_per_changed_object() {
     env.wait_hub_health("app-199", "Healthy").await;
     let pid = env.reporters[0].pid().expect("the reporter runs");
     let rss_before = rss_kib(pid);
-    let before = env.hub.requests(&env.agent).await.last().and_then(|r| r["id"].as_i64()).unwrap_or(0);
+    let before = env
+        .hub
+        .requests(&env.agent)
+        .await
+        .last()
+        .and_then(|r| r["id"].as_i64())
+        .unwrap_or(0);
     env.hub.stop().await;
     let healths = ["Progressing", "Degraded", "Suspended", "Missing", "Unknown"];
     for round in 0..10 {
         for n in &names {
-            let health = if round == 9 { "Degraded" } else { healths[round % healths.len()] };
-            set_status(&client, &env.ns, n, &json!({"health": {"status": health}, "sync": {"revision": format!("r{round}")}})).await;
+            let health = if round == 9 {
+                "Degraded"
+            } else {
+                healths[round % healths.len()]
+            };
+            set_status(
+                &client,
+                &env.ns,
+                n,
+                &json!({"health": {"status": health}, "sync": {"revision": format!("r{round}")}}),
+            )
+            .await;
         }
     }
-    wait_until("the backlog to be two minutes old", Duration::from_secs(240), Duration::from_secs(1), || async {
-        metric(&env.reporters[0].metrics().await, "capstan_reporter_oldest_dirty_age_seconds") >= 120.0
-    })
+    wait_until(
+        "the backlog to be two minutes old",
+        Duration::from_secs(240),
+        Duration::from_secs(1),
+        || async {
+            metric(
+                &env.reporters[0].metrics().await,
+                "capstan_reporter_oldest_dirty_age_seconds",
+            ) >= 120.0
+        },
+    )
     .await;
     let rss_during = rss_kib(pid);
     env.hub.restart().await;
-    wait_until("every final state at the hub", Duration::from_secs(420), Duration::from_secs(1), || async {
-        let objects = env.hub.objects(&env.agent).await;
-        let done = objects.iter().filter(|o| o["summary"]["health"] == "Degraded" && o["summary"]["revision"] == "r9").count();
-        done == names.len()
-    })
+    wait_until(
+        "every final state at the hub",
+        Duration::from_secs(420),
+        Duration::from_secs(1),
+        || async {
+            let objects = env.hub.objects(&env.agent).await;
+            let done = objects
+                .iter()
+                .filter(|o| o["summary"]["health"] == "Degraded" && o["summary"]["revision"] == "r9")
+                .count();
+            done == names.len()
+        },
+    )
     .await;
     let reports: Vec<Value> = env
         .hub
@@ -304,8 +467,13 @@ async fn a_two_minute_outage_costs_one_item_per_changed_object() {
         .into_iter()
         .filter(|r| r["id"].as_i64().unwrap_or(0) > before && r["endpoint"] == "reports" && r["code"] == 200)
         .collect();
-    let distinct: std::collections::BTreeSet<&str> = reports.iter().filter_map(|r| r["body"]["batchId"].as_str()).collect();
-    assert!(distinct.len() <= 3, "{} batches after the outage for 200 changed objects", distinct.len());
+    let distinct: std::collections::BTreeSet<&str> =
+        reports.iter().filter_map(|r| r["body"]["batchId"].as_str()).collect();
+    assert!(
+        distinct.len() <= 3,
+        "{} batches after the outage for 200 changed objects",
+        distinct.len()
+    );
     assert!(items(&reports).len() <= 200 + 200, "{} items", items(&reports).len());
     assert!(
         rss_during <= rss_before + 32 * 1024,
@@ -324,7 +492,9 @@ async fn a_hostile_receiver_is_survived_and_named() {
     use std::sync::Arc;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    let other = tokio::net::TcpListener::bind("127.0.0.2:0").await.expect("bind 127.0.0.2");
+    let other = tokio::net::TcpListener::bind("127.0.0.2:0")
+        .await
+        .expect("bind 127.0.0.2");
     let other_addr = other.local_addr().unwrap();
     let reached_other = Arc::new(AtomicUsize::new(0));
     let counter = Arc::clone(&reached_other);
@@ -344,24 +514,39 @@ async fn a_hostile_receiver_is_survived_and_named() {
                 let mut got = Vec::new();
                 loop {
                     let Ok(n) = s.read(&mut buf).await else { return };
-                    if n == 0 { return; }
+                    if n == 0 {
+                        return;
+                    }
                     got.extend_from_slice(&buf[..n]);
                     let text = String::from_utf8_lossy(&got).to_string();
-                    let Some(head_end) = text.find("\r\n\r\n") else { continue };
-                    let len = text[..head_end].lines().find_map(|l| {
-                        l.to_ascii_lowercase().strip_prefix("content-length:").and_then(|v| v.trim().parse::<usize>().ok())
-                    }).unwrap_or(0);
-                    if got.len() < head_end + 4 + len { continue; }
+                    let Some(head_end) = text.find("\r\n\r\n") else {
+                        continue;
+                    };
+                    let len = text[..head_end]
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("content-length:")
+                                .and_then(|v| v.trim().parse::<usize>().ok())
+                        })
+                        .unwrap_or(0);
+                    if got.len() < head_end + 4 + len {
+                        continue;
+                    }
                     let answer = match turn.fetch_add(1, Ordering::SeqCst) % 3 {
                         0 => "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 9\r\n\r\nnot json{".to_string(),
                         1 => format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n", 10 << 20),
                         _ => format!("HTTP/1.1 307 Temporary Redirect\r\nlocation: http://{other_addr}/steal\r\ncontent-length: 0\r\n\r\n"),
                     };
-                    if s.write_all(answer.as_bytes()).await.is_err() { return; }
+                    if s.write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
                     if answer.contains(&format!("{}", 10 << 20)) {
                         let chunk = vec![b'x'; 1 << 20];
                         for _ in 0..10 {
-                            if s.write_all(&chunk).await.is_err() { return; }
+                            if s.write_all(&chunk).await.is_err() {
+                                return;
+                            }
                         }
                     }
                     got.clear();
@@ -378,15 +563,36 @@ async fn a_hostile_receiver_is_survived_and_named() {
         json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "capstan-reporter", "namespace": OPERATOR_NAMESPACE},
                "stringData": {"token": "hostile-test-token"}}),
     ];
-    cluster.kubectl_ok_stdin(&["apply", "-f", "-"], &capstan_e2e::fixtures::to_yaml(&objects)).await;
-    let reporter = capstan_e2e::capstan::Operator::start(cluster.kubeconfig_path(), capstan_e2e::reporter::reporter_options()).await;
+    cluster
+        .kubectl_ok_stdin(&["apply", "-f", "-"], &capstan_e2e::fixtures::to_yaml(&objects))
+        .await;
+    let reporter =
+        capstan_e2e::capstan::Operator::start(cluster.kubeconfig_path(), capstan_e2e::reporter::reporter_options())
+            .await;
     capstan_e2e::reporter::create_app(&cluster.client().await, &ns, "web", "Healthy").await;
-    wait_until("the reporter to name all three faults", Duration::from_secs(120), Duration::from_millis(500), || async {
-        let logs = reporter.logs();
-        logs.contains("malformed answer") && logs.contains("answer larger than") && logs.contains("redirect to another host")
-    })
+    wait_until(
+        "the reporter to name all three faults",
+        Duration::from_secs(120),
+        Duration::from_millis(500),
+        || async {
+            let logs = reporter.logs();
+            logs.contains("malformed answer")
+                && logs.contains("answer larger than")
+                && logs.contains("redirect to another host")
+        },
+    )
     .await;
-    assert!(matches!(reporter.http_get("/healthz").await, Some((200, _))), "the reporter died");
-    assert_eq!(reached_other.load(Ordering::SeqCst), 0, "a request reached the other host");
-    assert!(!reporter.logs().contains("hostile-test-token"), "the token is in the log");
+    assert!(
+        matches!(reporter.http_get("/healthz").await, Some((200, _))),
+        "the reporter died"
+    );
+    assert_eq!(
+        reached_other.load(Ordering::SeqCst),
+        0,
+        "a request reached the other host"
+    );
+    assert!(
+        !reporter.logs().contains("hostile-test-token"),
+        "the token is in the log"
+    );
 }

@@ -6,10 +6,10 @@
 use std::time::Duration;
 
 use capstan_e2e::capstan::{application, AppEnv, OperatorOptions, APP_TIMEOUT};
+use capstan_e2e::capstan::{Operator, OPERATOR_NAMESPACE};
 use capstan_e2e::hub::{Hub, HubOptions};
 use capstan_e2e::reporter::reporter_options;
 use capstan_e2e::wait::wait_for;
-use capstan_e2e::capstan::{Operator, OPERATOR_NAMESPACE};
 use serde_json::{json, Value};
 
 const TEAM_LABEL: &str = r#"
@@ -30,10 +30,15 @@ fn config_map(name: &str, team: Option<&str>, wave: &str) -> String {
 }
 
 async fn wait_task(hub: &Hub, id: &str) -> Value {
-    wait_for(&format!("task {id} to get a result"), APP_TIMEOUT, Duration::from_millis(250), || async {
-        let task = hub.task(id).await;
-        matches!(task["state"].as_str(), Some("succeeded" | "failed" | "rejected")).then_some(task)
-    })
+    wait_for(
+        &format!("task {id} to get a result"),
+        APP_TIMEOUT,
+        Duration::from_millis(250),
+        || async {
+            let task = hub.task(id).await;
+            matches!(task["state"].as_str(), Some("succeeded" | "failed" | "rejected")).then_some(task)
+        },
+    )
     .await
 }
 
@@ -65,8 +70,10 @@ async fn tasks_are_rejected_denied_or_carried_out_once() {
     env.apply(&settings).await;
     let reporter = Operator::start(env.cluster.kubeconfig_path(), reporter_options()).await;
 
-    env.repo.write("good/a.yaml", &config_map("good-a", Some("payments"), "0"));
-    env.repo.write("good/b.yaml", &config_map("good-b", Some("payments"), "1"));
+    env.repo
+        .write("good/a.yaml", &config_map("good-a", Some("payments"), "0"));
+    env.repo
+        .write("good/b.yaml", &config_map("good-b", Some("payments"), "1"));
     env.repo.write("bad/c.yaml", &config_map("bad-c", None, "0"));
     env.repo.commit("two apps").await;
     env.apply(&[
@@ -74,30 +81,51 @@ async fn tasks_are_rejected_denied_or_carried_out_once() {
         application(&env.ns, "bad", &env.repo.url(), "bad", &env.ns, json!({})),
     ])
     .await;
-    env.wait_app("bad", "PolicyDenied", |a| capstan_e2e::capstan::condition(a, "PolicyDenied").is_some())
-        .await;
+    env.wait_app("bad", "PolicyDenied", |a| {
+        capstan_e2e::capstan::condition(a, "PolicyDenied").is_some()
+    })
+    .await;
 
-    let elsewhere = hub.enqueue_task(agent, "refresh", "kube-system", "good", json!({"hard": true})).await;
-    let denied = hub.enqueue_task(agent, "sync", &env.ns, "bad", json!({"prune": true})).await;
+    let elsewhere = hub
+        .enqueue_task(agent, "refresh", "kube-system", "good", json!({"hard": true}))
+        .await;
+    let denied = hub
+        .enqueue_task(agent, "sync", &env.ns, "bad", json!({"prune": true}))
+        .await;
     let good = hub.enqueue_task(agent, "sync", &env.ns, "good", json!({})).await;
 
     let rejected = wait_task(&hub, &elsewhere).await;
     assert_eq!(rejected["state"], "rejected", "{rejected}");
-    assert!(rejected["message"].as_str().unwrap().contains("tasks.namespaces"), "{rejected}");
+    assert!(
+        rejected["message"].as_str().unwrap().contains("tasks.namespaces"),
+        "{rejected}"
+    );
 
     let failed = wait_task(&hub, &denied).await;
     assert_eq!(failed["state"], "failed", "{failed}");
-    assert!(failed["message"].as_str().unwrap().contains("no team label"), "{failed}");
+    assert!(
+        failed["message"].as_str().unwrap().contains("no team label"),
+        "{failed}"
+    );
     assert!(env.get("ConfigMap", "bad-c").await.is_none(), "a denied sync applied");
 
     let done = wait_task(&hub, &good).await;
     assert_eq!(done["state"], "succeeded", "{done}");
-    assert!(done["deliveries"].as_u64().unwrap_or(0) >= 2, "the task was delivered again while running: {done}");
+    assert!(
+        done["deliveries"].as_u64().unwrap_or(0) >= 2,
+        "the task was delivered again while running: {done}"
+    );
     let app = env.wait_synced_healthy("good").await;
     let history = app["status"]["history"].as_array().cloned().unwrap_or_default();
     assert_eq!(history.len(), 1, "carried out once: {history:?}");
     let info = &app["status"]["operationState"]["operation"]["info"];
-    assert!(info.to_string().contains(&good), "operation.info records the task id: {info}");
+    assert!(
+        info.to_string().contains(&good),
+        "operation.info records the task id: {info}"
+    );
     let metrics = reporter.metrics().await;
-    assert!(metrics.contains("capstan_reporter_tasks_total{state=\"succeeded\",type=\"sync\"} 1"), "{metrics}");
+    assert!(
+        metrics.contains("capstan_reporter_tasks_total{state=\"succeeded\",type=\"sync\"} 1"),
+        "{metrics}"
+    );
 }

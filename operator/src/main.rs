@@ -188,11 +188,14 @@ async fn operate(args: RunArgs) -> anyhow::Result<()> {
         servers.spawn(webhook::serve(listener, state, shutdown.clone()));
     }
 
-    let reporter = reporter_metrics.map(|m| tokio::spawn(capstan::reporter::run(Arc::clone(&ctx), m, shutdown.clone())));
+    let reporter =
+        reporter_metrics.map(|m| tokio::spawn(capstan::reporter::run(Arc::clone(&ctx), m, shutdown.clone())));
     let mut result = controllers::run(ctx, &selected, shutdown.clone()).await;
     if let Some(reporter) = reporter {
         // Only the reporter selected: wait for it (it stops on the shutdown signal).
-        let stopped = reporter.await.unwrap_or_else(|e| Err(anyhow::anyhow!("reporter task panicked: {e}")));
+        let stopped = reporter
+            .await
+            .unwrap_or_else(|e| Err(anyhow::anyhow!("reporter task panicked: {e}")));
         if result.is_ok() {
             result = stopped;
         }

@@ -86,7 +86,9 @@ pub struct Client {
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Client").field("base", &self.base).finish_non_exhaustive()
+        f.debug_struct("Client")
+            .field("base", &self.base)
+            .finish_non_exhaustive()
     }
 }
 
@@ -128,12 +130,7 @@ impl Client {
     }
 
     /// `POST {base}{path}` with `json` gzip-compressed (and signed).
-    pub fn post(
-        &self,
-        path: &str,
-        json: &[u8],
-        idempotency_key: Option<&str>,
-    ) -> Result<Answer, TransportError> {
+    pub fn post(&self, path: &str, json: &[u8], idempotency_key: Option<&str>) -> Result<Answer, TransportError> {
         let body = gzip(json);
         self.send("POST", path, Some(&body), idempotency_key, REQUEST_TIMEOUT)
     }
@@ -252,7 +249,11 @@ pub fn origin(url: &str) -> String {
     let port = authority
         .strip_prefix('[')
         .and_then(|r| r.split_once("]:").map(|(_, p)| p))
-        .or_else(|| (!authority.starts_with('[')).then(|| authority.rsplit_once(':').map(|(_, p)| p)).flatten())
+        .or_else(|| {
+            (!authority.starts_with('['))
+                .then(|| authority.rsplit_once(':').map(|(_, p)| p))
+                .flatten()
+        })
         .map(str::to_string)
         .unwrap_or_else(|| if scheme == "https" { "443" } else { "80" }.to_string());
     format!("{scheme}://{host}:{port}")

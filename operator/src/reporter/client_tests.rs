@@ -30,7 +30,11 @@ fn recording(seen: &Seen) -> Router {
         let seen = Arc::clone(&seen);
         async move {
             seen.lock().unwrap().push((uri.to_string(), headers, body.to_vec()));
-            (StatusCode::OK, [("content-type", "application/json")], r#"{"resync":null}"#)
+            (
+                StatusCode::OK,
+                [("content-type", "application/json")],
+                r#"{"resync":null}"#,
+            )
         }
     })
 }
@@ -57,7 +61,9 @@ async fn a_post_is_gzip_json_signed_and_authorized() {
     let seen: Seen = Arc::default();
     let addr = serve("127.0.0.1", recording(&seen)).await;
     let c = client(addr, Some("hmac-key"));
-    let answer = blocking(move || c.post("/reports", br#"{"epoch":1}"#, Some("1-1-a"))).await.unwrap();
+    let answer = blocking(move || c.post("/reports", br#"{"epoch":1}"#, Some("1-1-a")))
+        .await
+        .unwrap();
     assert_eq!(answer.status, 200);
     assert_eq!(answer.body, br#"{"resync":null}"#);
     let (uri, headers, body) = seen.lock().unwrap().pop().unwrap();
@@ -68,9 +74,15 @@ async fn a_post_is_gzip_json_signed_and_authorized() {
     assert_eq!(h("content-type"), "application/json");
     assert_eq!(h("idempotency-key"), "1-1-a");
     assert!(h("user-agent").starts_with("capstan-reporter/"));
-    assert_eq!(h("x-capstan-signature"), sign(b"hmac-key", &body), "signed over the compressed bytes");
+    assert_eq!(
+        h("x-capstan-signature"),
+        sign(b"hmac-key", &body),
+        "signed over the compressed bytes"
+    );
     let mut json = String::new();
-    flate2::read::GzDecoder::new(&body[..]).read_to_string(&mut json).unwrap();
+    flate2::read::GzDecoder::new(&body[..])
+        .read_to_string(&mut json)
+        .unwrap();
     assert_eq!(json, r#"{"epoch":1}"#);
 }
 
@@ -79,10 +91,15 @@ async fn a_get_without_body_signs_the_empty_string() {
     let seen: Seen = Arc::default();
     let addr = serve("127.0.0.1", recording(&seen)).await;
     let c = client(addr, Some("k"));
-    blocking(move || c.get("/tasks?wait=30", REQUEST_TIMEOUT)).await.unwrap();
+    blocking(move || c.get("/tasks?wait=30", REQUEST_TIMEOUT))
+        .await
+        .unwrap();
     let (uri, headers, _) = seen.lock().unwrap().pop().unwrap();
     assert_eq!(uri, "/saas/v1/agents/agent-1/tasks?wait=30");
-    assert_eq!(headers.get("x-capstan-signature").unwrap().to_str().unwrap(), sign(b"k", b""));
+    assert_eq!(
+        headers.get("x-capstan-signature").unwrap().to_str().unwrap(),
+        sign(b"k", b"")
+    );
     assert!(headers.get("content-encoding").is_none());
 }
 
@@ -108,9 +125,10 @@ async fn a_same_host_redirect_is_followed_with_the_token() {
     let seen: Seen = Arc::default();
     let record = recording(&seen);
     let router = Router::new()
-        .route("/saas/v1/agents/agent-1/heartbeat", post(|| async {
-            (StatusCode::PERMANENT_REDIRECT, [("location", "/moved")]).into_response()
-        }))
+        .route(
+            "/saas/v1/agents/agent-1/heartbeat",
+            post(|| async { (StatusCode::PERMANENT_REDIRECT, [("location", "/moved")]).into_response() }),
+        )
         .merge(record);
     let addr = serve("127.0.0.1", router).await;
     let c = client(addr, None);

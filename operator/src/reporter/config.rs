@@ -88,7 +88,11 @@ impl Settings {
         let insecure = match get(data, "insecureSkipTLSVerify") {
             None | Some("false") => false,
             Some("true") => true,
-            Some(_) => return Err(ConfigError::Invalid("insecureSkipTLSVerify must be true or false".into())),
+            Some(_) => {
+                return Err(ConfigError::Invalid(
+                    "insecureSkipTLSVerify must be true or false".into(),
+                ))
+            }
         };
         let task_namespaces = get(data, "tasks.namespaces")
             .unwrap_or_default()
@@ -126,7 +130,9 @@ fn validate_url(url: &str) -> Result<String, ConfigError> {
     let (scheme, rest) = lower.split_once("://").ok_or_else(|| invalid("not an absolute URL"))?;
     let authority = rest.split('/').next().unwrap_or_default();
     if authority.is_empty() || authority.contains('@') || url.contains('?') || url.contains('#') {
-        return Err(invalid("must be scheme://host[:port][/path] without credentials, query or fragment"));
+        return Err(invalid(
+            "must be scheme://host[:port][/path] without credentials, query or fragment",
+        ));
     }
     if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err(invalid("holds whitespace"));
@@ -167,7 +173,9 @@ impl Credentials {
         };
         let token = text("token")?.ok_or(ConfigError::Missing("Secret capstan-reporter key token"))?;
         if token.chars().any(|c| c.is_control() || c.is_whitespace()) {
-            return Err(ConfigError::Invalid("the token holds whitespace or control characters".into()));
+            return Err(ConfigError::Invalid(
+                "the token holds whitespace or control characters".into(),
+            ));
         }
         Ok(Credentials {
             token,
@@ -255,13 +263,22 @@ mod tests {
             ("ftp://saas.example", "a", "https"),
             ("https://saas.example", "a/b", "agentId"),
         ] {
-            let err = Settings::parse(&map(&[("url", url), ("agentId", agent)])).unwrap_err().to_string();
+            let err = Settings::parse(&map(&[("url", url), ("agentId", agent)]))
+                .unwrap_err()
+                .to_string();
             assert!(err.contains(want), "{url} {agent}: {err}");
             assert!(!err.contains("pw"), "{err}");
         }
         let none = Settings::parse(&map(&[("url", "https://s"), ("agentId", "a")])).unwrap();
-        assert!(!none.task_allowed("default"), "no tasks.namespaces: every task is rejected");
-        let bad = Settings::parse(&map(&[("url", "https://s"), ("agentId", "a"), ("insecureSkipTLSVerify", "yes")]));
+        assert!(
+            !none.task_allowed("default"),
+            "no tasks.namespaces: every task is rejected"
+        );
+        let bad = Settings::parse(&map(&[
+            ("url", "https://s"),
+            ("agentId", "a"),
+            ("insecureSkipTLSVerify", "yes"),
+        ]));
         assert!(bad.is_err());
     }
 

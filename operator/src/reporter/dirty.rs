@@ -52,7 +52,15 @@ impl DirtySet {
             entry.changed = now;
             return;
         }
-        self.insert(uid, Dirty { kind, since: now, changed: now, tombstone: None });
+        self.insert(
+            uid,
+            Dirty {
+                kind,
+                since: now,
+                changed: now,
+                tombstone: None,
+            },
+        );
     }
 
     /// `uid` is gone: a tombstone replaces any pending upsert.
@@ -64,7 +72,15 @@ impl DirtySet {
             entry.tombstone = Some(obj_ref);
             return;
         }
-        self.insert(&uid, Dirty { kind, since: now, changed: now, tombstone: Some(obj_ref) });
+        self.insert(
+            &uid,
+            Dirty {
+                kind,
+                since: now,
+                changed: now,
+                tombstone: Some(obj_ref),
+            },
+        );
     }
 
     fn insert(&mut self, uid: &str, entry: Dirty) {

@@ -126,7 +126,11 @@ async fn round(api: &Api<Lease>, me: &str) -> Result<bool, kube::Error> {
     }
     let old = current.spec.clone().unwrap_or_default();
     let transitions = old.lease_transitions.unwrap_or(0) + i32::from(action == LeaseAction::Acquire);
-    let acquired = if action == LeaseAction::Renew { old.acquire_time.clone() } else { None };
+    let acquired = if action == LeaseAction::Renew {
+        old.acquire_time.clone()
+    } else {
+        None
+    };
     let mut next = current;
     next.spec = Some(held_spec(me, acquired, transitions));
     match api.replace(LEASE_NAME, &PostParams::default(), &next).await {
@@ -150,7 +154,9 @@ fn held_spec(me: &str, acquired: Option<MicroTime>, transitions: i32) -> LeaseSp
 
 /// Gives the Lease up (holder cleared) so a standby takes over at once.
 async fn release(api: &Api<Lease>, me: &str) {
-    let Ok(Some(mut lease)) = api.get_opt(LEASE_NAME).await else { return };
+    let Ok(Some(mut lease)) = api.get_opt(LEASE_NAME).await else {
+        return;
+    };
     let Some(spec) = lease.spec.as_mut() else { return };
     if spec.holder_identity.as_deref() != Some(me) {
         return;

@@ -70,7 +70,11 @@ impl ReporterMetrics {
                 "Age of the oldest change not yet acknowledged."
             )?),
             batches: reg!(counter("batches_total", "Batches sent, by result.", &["result"])?),
-            items: reg!(counter("items_total", "Items sent, by kind, op and result.", &["kind", "op", "result"])?),
+            items: reg!(counter(
+                "items_total",
+                "Items sent, by kind, op and result.",
+                &["kind", "op", "result"]
+            )?),
             items_coalesced: reg!(IntCounter::new(
                 name("items_coalesced_total"),
                 "Changes folded into an object already waiting to be sent."
@@ -85,11 +89,23 @@ impl ReporterMetrics {
                     .buckets(buckets.clone()),
                 &["endpoint", "code"]
             )?),
-            retries: reg!(counter("retries_total", "Requests that will be tried again, by reason.", &["reason"])?),
-            resyncs: reg!(counter("resyncs_total", "Digest rounds and snapshots, by trigger.", &["trigger"])?),
+            retries: reg!(counter(
+                "retries_total",
+                "Requests that will be tried again, by reason.",
+                &["reason"]
+            )?),
+            resyncs: reg!(counter(
+                "resyncs_total",
+                "Digest rounds and snapshots, by trigger.",
+                &["trigger"]
+            )?),
             auth_failures: reg!(IntCounter::new(name("auth_failures_total"), "401 and 403 answers.")?),
             heartbeats: reg!(counter("heartbeats_total", "Heartbeats, by result.", &["result"])?),
-            tasks: reg!(counter("tasks_total", "Tasks, by type and final state.", &["type", "state"])?),
+            tasks: reg!(counter(
+                "tasks_total",
+                "Tasks, by type and final state.",
+                &["type", "state"]
+            )?),
             end_to_end_latency: reg!(Histogram::with_opts(
                 HistogramOpts::new(
                     name("end_to_end_latency_seconds"),

@@ -218,9 +218,20 @@ pub async fn run(ctx: Arc<Context>, metrics: ReporterMetrics, shutdown: Shutdown
     }
     let mut tasks = tokio::task::JoinSet::new();
     for kind in project::Kind::CAPSTAN.into_iter().chain([project::Kind::Event]) {
-        tasks.spawn(watch::objects(client.clone(), kind, Arc::clone(&shared), shutdown.clone()));
+        tasks.spawn(watch::objects(
+            client.clone(),
+            kind,
+            Arc::clone(&shared),
+            shutdown.clone(),
+        ));
     }
-    tasks.spawn(watch::settings(client.clone(), namespace.clone(), endpoint_tx, Arc::clone(&shared), shutdown.clone()));
+    tasks.spawn(watch::settings(
+        client.clone(),
+        namespace.clone(),
+        endpoint_tx,
+        Arc::clone(&shared),
+        shutdown.clone(),
+    ));
     let (leading_tx, leading_rx) = channel::channel(false);
     let (step_down_tx, step_down_rx) = channel::channel(0u64);
     tasks.spawn(lease::run(
@@ -231,7 +242,12 @@ pub async fn run(ctx: Arc<Context>, metrics: ReporterMetrics, shutdown: Shutdown
         step_down_rx,
         shutdown.clone(),
     ));
-    tasks.spawn(sender::run(Arc::clone(&shared), leading_rx, step_down_tx, shutdown.clone()));
+    tasks.spawn(sender::run(
+        Arc::clone(&shared),
+        leading_rx,
+        step_down_tx,
+        shutdown.clone(),
+    ));
     let ready = Arc::clone(&shared);
     tasks.spawn(async move {
         while !ready.all_synced() {

@@ -56,9 +56,10 @@ pub fn classify(status: u16, body: &[u8], retry_after: Option<&str>, now: System
         413 => Verdict::Halve,
         401 | 403 => Verdict::AuthFailed,
         409 => match serde_json::from_slice::<Conflict>(body) {
-            Ok(Conflict { error, current_epoch: Some(n) }) if error == "stale_epoch" => {
-                Verdict::StepDown { current_epoch: n }
-            }
+            Ok(Conflict {
+                error,
+                current_epoch: Some(n),
+            }) if error == "stale_epoch" => Verdict::StepDown { current_epoch: n },
             _ => Verdict::Resync,
         },
         429 | 503 => retry_after
@@ -147,7 +148,12 @@ mod tests {
             (413, "", None, Verdict::Halve),
             (401, "", None, Verdict::AuthFailed),
             (403, "", None, Verdict::AuthFailed),
-            (409, r#"{"error":"stale_epoch","currentEpoch":7}"#, None, Verdict::StepDown { current_epoch: 7 }),
+            (
+                409,
+                r#"{"error":"stale_epoch","currentEpoch":7}"#,
+                None,
+                Verdict::StepDown { current_epoch: 7 },
+            ),
             (409, r#"{"error":"stale_epoch"}"#, None, Verdict::Resync),
             (409, "not json", None, Verdict::Resync),
             (429, "", Some("5"), Verdict::Wait(Duration::from_secs(5))),
@@ -176,8 +182,14 @@ mod tests {
             parse_retry_after("Wed, 21 Oct 2015 07:28:30 GMT", now),
             Some(Duration::from_secs(30))
         );
-        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:00:00 GMT", now), Some(Duration::ZERO));
-        assert_eq!(parse_retry_after("Fri, 21 Oct 2016 07:28:00 GMT", now), Some(MAX_RETRY_AFTER));
+        assert_eq!(
+            parse_retry_after("Wed, 21 Oct 2015 07:00:00 GMT", now),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(
+            parse_retry_after("Fri, 21 Oct 2016 07:28:00 GMT", now),
+            Some(MAX_RETRY_AFTER)
+        );
         assert_eq!(parse_retry_after("-1", now), None);
         assert_eq!(parse_retry_after("", now), None);
     }

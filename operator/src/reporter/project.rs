@@ -165,13 +165,7 @@ impl Budget {
         if items.len() > MAX_LIST {
             self.truncated = true;
         }
-        Value::Array(
-            items
-                .iter()
-                .take(MAX_LIST)
-                .map(|s| self.text(Some(s), 253))
-                .collect(),
-        )
+        Value::Array(items.iter().take(MAX_LIST).map(|s| self.text(Some(s), 253)).collect())
     }
 
     fn conditions(&mut self, status: &Value, message_max: usize, keep: usize) -> Value {
@@ -227,7 +221,10 @@ fn project_with_budget(
     keep_conditions: usize,
 ) -> Result<Projected, ProjectError> {
     let meta = &obj["metadata"];
-    let uid = meta["uid"].as_str().filter(|u| !u.is_empty()).ok_or(ProjectError::NoUid)?;
+    let uid = meta["uid"]
+        .as_str()
+        .filter(|u| !u.is_empty())
+        .ok_or(ProjectError::NoUid)?;
     if kind == Kind::Event && !is_capstan_event(obj) {
         return Err(ProjectError::NotCapstan);
     }
@@ -367,7 +364,8 @@ fn application(obj: &Value, b: &mut Budget, message_max: usize, keep: usize) -> 
         "history": recent,
         "reconciledAt": b.text(st.get("reconciledAt"), 64),
     });
-    let summary = json!({"sync": sync, "health": health, "revision": revision, "operationPhase": b.text(op.get("phase"), 32)});
+    let summary =
+        json!({"sync": sync, "health": health, "revision": revision, "operationPhase": b.text(op.get("phase"), 32)});
     (summary, status)
 }
 
@@ -383,7 +381,10 @@ fn ready_summary(st: &Value) -> Value {
 
 fn application_set(obj: &Value, b: &mut Budget, message_max: usize, keep: usize) -> (Value, Value) {
     let st = &obj["status"];
-    let generators = obj["spec"]["generators"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let generators = obj["spec"]["generators"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
     if generators.len() > MAX_LIST {
         b.truncated = true;
     }
@@ -408,7 +409,10 @@ fn application_set(obj: &Value, b: &mut Budget, message_max: usize, keep: usize)
 
 fn repository(obj: &Value, b: &mut Budget, message_max: usize, keep: usize) -> (Value, Value) {
     let st = &obj["status"];
-    let fetched = st["lastFetchedRevision"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let fetched = st["lastFetchedRevision"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
     if fetched.len() > MAX_LIST {
         b.truncated = true;
     }

@@ -49,11 +49,23 @@ fn application_projection_is_an_allow_list() {
     assert_eq!(p.status["selfHeal"], false);
     assert_eq!(p.status["resources"]["bySync"], json!({"Synced": 1, "OutOfSync": 1}));
     assert_eq!(p.status["resources"]["byHealth"], json!({"Healthy": 1, "None": 1}));
-    let history: Vec<i64> = p.status["history"].as_array().unwrap().iter().map(|h| h["id"].as_i64().unwrap()).collect();
+    let history: Vec<i64> = p.status["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["id"].as_i64().unwrap())
+        .collect();
     assert_eq!(history, vec![4, 5, 6, 7, 8]);
     assert!(!p.truncated);
     let text = serde_json::to_string(&p.status).unwrap() + &p.summary.to_string();
-    for secret in ["hunter2", "token=abc", "managedFields", "last-applied", "helm", "values"] {
+    for secret in [
+        "hunter2",
+        "token=abc",
+        "managedFields",
+        "last-applied",
+        "helm",
+        "values",
+    ] {
         assert!(!text.contains(secret), "{secret} leaked: {text}");
     }
 }
@@ -83,7 +95,9 @@ fn budgets_cut_and_say_so() {
         MAX_CONDITION_MESSAGE
     );
     let mut many = app("m");
-    many["status"]["conditions"] = json!((0..30).map(|i| json!({"type": format!("C{i}"), "status": "True"})).collect::<Vec<_>>());
+    many["status"]["conditions"] = json!((0..30)
+        .map(|i| json!({"type": format!("C{i}"), "status": "True"}))
+        .collect::<Vec<_>>());
     let p = project(Kind::Application, &many).unwrap();
     assert_eq!(p.status["conditions"].as_array().unwrap().len(), MAX_CONDITIONS);
     assert!(p.truncated);

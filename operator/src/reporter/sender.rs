@@ -205,7 +205,12 @@ impl Running {
                 if newer > self.term.epoch {
                     return Err(TermEnd::StepDown(newer));
                 }
-                self.checkpoint_rv = api.get_opt(CHECKPOINT_NAME).await.ok().flatten().and_then(|c| c.metadata.resource_version);
+                self.checkpoint_rv = api
+                    .get_opt(CHECKPOINT_NAME)
+                    .await
+                    .ok()
+                    .flatten()
+                    .and_then(|c| c.metadata.resource_version);
                 Ok(())
             }
             Err(e) => {
@@ -284,8 +289,14 @@ async fn term_loop(
             if let Some(chunk) = digest_in_flight.take() {
                 match send_digest(shared, run, &chunk, shutdown).await {
                     Some(Outcome::Ok(need)) => {
-                        tracing::info!(part = chunk.part, listed = chunk.items.len(), needed = need.len(), "digest chunk answered");
-                        run.term.digest_answered(&mut lock(&shared.cache), &chunk, &need, Instant::now());
+                        tracing::info!(
+                            part = chunk.part,
+                            listed = chunk.items.len(),
+                            needed = need.len(),
+                            "digest chunk answered"
+                        );
+                        run.term
+                            .digest_answered(&mut lock(&shared.cache), &chunk, &need, Instant::now());
                     }
                     Some(Outcome::StepDown(n)) => return TermEnd::StepDown(n),
                     Some(_) => digest_in_flight = Some(chunk),
@@ -309,7 +320,9 @@ async fn term_loop(
                 continue;
             }
             last_flush = Instant::now();
-            in_flight = run.term.next_batch(&mut lock(&shared.cache), Instant::now(), &wire::now_rfc3339());
+            in_flight = run
+                .term
+                .next_batch(&mut lock(&shared.cache), Instant::now(), &wire::now_rfc3339());
             if in_flight.is_none() {
                 continue;
             }
@@ -349,7 +362,12 @@ fn resync(shared: &Shared, run: &mut Running, what: &str, trigger: &str) {
     run.term.phase = phase;
     shared.metrics.resyncs.with_label_values(&[trigger]).inc();
     tracing::info!(resync = what, trigger, "the receiver asked for a resync");
-    publish(shared, EventType::Normal, "ReporterResync", format!("the receiver asked for a {what} resync ({trigger})"));
+    publish(
+        shared,
+        EventType::Normal,
+        "ReporterResync",
+        format!("the receiver asked for a {what} resync ({trigger})"),
+    );
 }
 
 fn acked(shared: &Shared, run: &mut Running, batch: Batch, answer: ReportAnswer) {
@@ -360,12 +378,15 @@ fn acked(shared: &Shared, run: &mut Running, batch: Batch, answer: ReportAnswer)
     m.batches.with_label_values(&["acked"]).inc();
     for (kind, op, changed) in &outcome.stored {
         m.items.with_label_values(&[kind.as_str(), op, "stored"]).inc();
-        m.end_to_end_latency.observe(now.saturating_duration_since(*changed).as_secs_f64());
+        m.end_to_end_latency
+            .observe(now.saturating_duration_since(*changed).as_secs_f64());
     }
     for (kind, op, code) in &outcome.dropped {
         tracing::warn!(kind, op, code, "the receiver refused an item for good; dropped");
         m.items.with_label_values(&[kind.as_str(), op, "dropped"]).inc();
-        m.items_dropped.with_label_values(&[&code.chars().take(32).collect::<String>()]).inc();
+        m.items_dropped
+            .with_label_values(&[&code.chars().take(32).collect::<String>()])
+            .inc();
     }
     if outcome.retried > 0 {
         m.retries.with_label_values(&["item"]).inc_by(outcome.retried as u64);
@@ -393,7 +414,12 @@ fn acked(shared: &Shared, run: &mut Running, batch: Batch, answer: ReportAnswer)
     }
 }
 
-async fn send_batch(shared: &Shared, run: &mut Running, batch: &Batch, shutdown: &Shutdown) -> Option<Outcome<ReportAnswer>> {
+async fn send_batch(
+    shared: &Shared,
+    run: &mut Running,
+    batch: &Batch,
+    shutdown: &Shutdown,
+) -> Option<Outcome<ReportAnswer>> {
     let endpoint = shared.wait_open(shutdown).await?;
     let s = &endpoint.settings;
     let body = ReportBody {
@@ -412,14 +438,21 @@ async fn send_batch(shared: &Shared, run: &mut Running, batch: &Batch, shutdown:
     let json = serde_json::to_vec(&body).unwrap_or_default();
     let id = batch.id.clone();
     let result = post(&endpoint, "/reports", json, Some(id)).await;
-    let outcome = shared.interpret(&endpoint, "reports", result, &mut run.attempt, shutdown).await;
+    let outcome = shared
+        .interpret(&endpoint, "reports", result, &mut run.attempt, shutdown)
+        .await;
     if !matches!(outcome, Some(Outcome::Ok(_))) {
         shared.metrics.batches.with_label_values(&["failed"]).inc();
     }
     outcome
 }
 
-async fn send_digest(shared: &Shared, run: &mut Running, chunk: &DigestChunk, shutdown: &Shutdown) -> Option<Outcome<Vec<String>>> {
+async fn send_digest(
+    shared: &Shared,
+    run: &mut Running,
+    chunk: &DigestChunk,
+    shutdown: &Shutdown,
+) -> Option<Outcome<Vec<String>>> {
     let endpoint = shared.wait_open(shutdown).await?;
     let body = DigestBody {
         epoch: run.term.epoch,
@@ -430,7 +463,9 @@ async fn send_digest(shared: &Shared, run: &mut Running, chunk: &DigestChunk, sh
     };
     let json = serde_json::to_vec(&body).unwrap_or_default();
     let result = post(&endpoint, "/digest", json, None).await;
-    let outcome: Option<Outcome<DigestAnswer>> = shared.interpret(&endpoint, "digest", result, &mut run.attempt, shutdown).await;
+    let outcome: Option<Outcome<DigestAnswer>> = shared
+        .interpret(&endpoint, "digest", result, &mut run.attempt, shutdown)
+        .await;
     Some(match outcome? {
         Outcome::Ok(answer) => {
             if let Some(what) = answer.resync.as_deref().filter(|w| *w == "full") {
@@ -450,7 +485,12 @@ async fn send_digest(shared: &Shared, run: &mut Running, chunk: &DigestChunk, sh
 }
 
 /// Runs a blocking POST on the blocking pool.
-pub async fn post(endpoint: &Endpoint, path: &str, json: Vec<u8>, idempotency_key: Option<String>) -> Result<Answer, TransportError> {
+pub async fn post(
+    endpoint: &Endpoint,
+    path: &str,
+    json: Vec<u8>,
+    idempotency_key: Option<String>,
+) -> Result<Answer, TransportError> {
     let client = Arc::clone(&endpoint.client);
     let path = path.to_string();
     tokio::task::spawn_blocking(move || client.post(&path, &json, idempotency_key.as_deref()))
@@ -475,12 +515,21 @@ impl Shared {
             Ok(a) => a,
             Err(e) => {
                 m.request_duration.with_label_values(&[name, "error"]).observe(0.0);
-                return self.back_off(e.reason(), format!("{name}: {e}"), attempt, shutdown).await;
+                return self
+                    .back_off(e.reason(), format!("{name}: {e}"), attempt, shutdown)
+                    .await;
             }
         };
         let code = answer.status.to_string();
-        m.request_duration.with_label_values(&[name, &code]).observe(answer.elapsed.as_secs_f64());
-        let verdict = classify(answer.status, &answer.body, answer.retry_after.as_deref(), SystemTime::now());
+        m.request_duration
+            .with_label_values(&[name, &code])
+            .observe(answer.elapsed.as_secs_f64());
+        let verdict = classify(
+            answer.status,
+            &answer.body,
+            answer.retry_after.as_deref(),
+            SystemTime::now(),
+        );
         match verdict {
             Verdict::Ack => match serde_json::from_slice::<T>(&answer.body) {
                 Ok(parsed) => {
@@ -497,7 +546,9 @@ impl Shared {
                 }
             },
             Verdict::Split => {
-                self.note_error(format!("{name}: HTTP {code}: the receiver refused the request as invalid"));
+                self.note_error(format!(
+                    "{name}: HTTP {code}: the receiver refused the request as invalid"
+                ));
                 Some(Outcome::Split)
             }
             Verdict::Halve => {
@@ -517,13 +568,24 @@ impl Shared {
             Verdict::Wait(d) => {
                 m.retries.with_label_values(&["retry_after"]).inc();
                 m.connected.set(1);
-                self.note_error(format!("{name}: HTTP {code}: the receiver asks to wait {}s", d.as_secs()));
+                self.note_error(format!(
+                    "{name}: HTTP {code}: the receiver asks to wait {}s",
+                    d.as_secs()
+                ));
                 let mut gate = lock(&self.gate);
                 let until = Instant::now() + d;
                 gate.not_before = Some(gate.not_before.map_or(until, |t| t.max(until)));
                 Some(Outcome::Again)
             }
-            Verdict::Backoff => self.back_off(&format!("http_{code}"), format!("{name}: HTTP {code}"), attempt, shutdown).await,
+            Verdict::Backoff => {
+                self.back_off(
+                    &format!("http_{code}"),
+                    format!("{name}: HTTP {code}"),
+                    attempt,
+                    shutdown,
+                )
+                .await
+            }
         }
     }
 
@@ -532,7 +594,13 @@ impl Shared {
         lock(&self.gate).last_error = Some(message.chars().take(512).collect());
     }
 
-    async fn back_off<T>(&self, reason: &str, message: String, attempt: &mut u32, shutdown: &Shutdown) -> Option<Outcome<T>> {
+    async fn back_off<T>(
+        &self,
+        reason: &str,
+        message: String,
+        attempt: &mut u32,
+        shutdown: &Shutdown,
+    ) -> Option<Outcome<T>> {
         self.metrics.retries.with_label_values(&[reason]).inc();
         self.metrics.connected.set(0);
         let wait = backoff(*attempt, random_unit());
@@ -581,11 +649,15 @@ fn publish(shared: &Shared, type_: EventType, reason: &'static str, note: String
 async fn heartbeats(shared: Arc<Shared>, epoch: u64, stop: Shutdown) {
     let mut attempt = 0;
     loop {
-        let Some(endpoint) = shared.wait_open(&stop).await else { return };
+        let Some(endpoint) = shared.wait_open(&stop).await else {
+            return;
+        };
         let body = heartbeat_body(&shared, epoch);
         let json = serde_json::to_vec(&body).unwrap_or_default();
         let result = post(&endpoint, "/heartbeat", json, None).await;
-        let outcome: Option<Outcome<PlainAnswer>> = shared.interpret(&endpoint, "heartbeat", result, &mut attempt, &stop).await;
+        let outcome: Option<Outcome<PlainAnswer>> = shared
+            .interpret(&endpoint, "heartbeat", result, &mut attempt, &stop)
+            .await;
         let label = match &outcome {
             Some(Outcome::Ok(_)) => "ok",
             _ => "failed",
@@ -638,7 +710,11 @@ fn publish_gauges(shared: &Shared) {
     let per_kind = cache.dirty.per_kind();
     for kind in Kind::CAPSTAN.into_iter().chain([Kind::Event]) {
         let n = per_kind.get(&kind).copied().unwrap_or(0);
-        shared.metrics.dirty_objects.with_label_values(&[kind.as_str()]).set(n as i64);
+        shared
+            .metrics
+            .dirty_objects
+            .with_label_values(&[kind.as_str()])
+            .set(n as i64);
     }
     shared
         .metrics

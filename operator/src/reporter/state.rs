@@ -39,7 +39,10 @@ impl Cache {
     /// Records the current state of an object; it becomes dirty only if its hash changed.
     pub fn apply(&mut self, p: Projected, now: Instant) -> bool {
         let uid = p.obj_ref.uid.clone();
-        let changed = self.objects.get(&uid).is_none_or(|old| old.content_hash != p.content_hash);
+        let changed = self
+            .objects
+            .get(&uid)
+            .is_none_or(|old| old.content_hash != p.content_hash);
         if changed {
             self.dirty.upsert(&uid, p.kind, now);
         }
@@ -228,7 +231,12 @@ impl Term {
 
     /// The next digest chunk, when digesting.
     pub fn next_digest_chunk(&mut self, cache: &Cache) -> Option<DigestChunk> {
-        let Phase::Digest { id, next_part, remaining } = &mut self.phase else {
+        let Phase::Digest {
+            id,
+            next_part,
+            remaining,
+        } = &mut self.phase
+        else {
             return None;
         };
         let take = remaining.len().min(MAX_DIGEST_ENTRIES);
@@ -269,7 +277,15 @@ impl Term {
                         name: String::new(),
                         uid: uid.clone(),
                     };
-                    cache.dirty.restore(uid, Dirty { kind: Kind::Application, since: now, changed: now, tombstone: Some(unknown) });
+                    cache.dirty.restore(
+                        uid,
+                        Dirty {
+                            kind: Kind::Application,
+                            since: now,
+                            changed: now,
+                            tombstone: Some(unknown),
+                        },
+                    );
                 }
             }
         }
@@ -295,7 +311,13 @@ impl Term {
         let (mut items, mut entries, mut bytes) = (Vec::new(), Vec::new(), 0usize);
         let first_seq = self.next_seq;
         let max_items = self.max_items;
-        let Phase::Snapshot { id, next_part, remaining, sent } = &mut self.phase else {
+        let Phase::Snapshot {
+            id,
+            next_part,
+            remaining,
+            sent,
+        } = &mut self.phase
+        else {
             unreachable!("snapshot_part outside a snapshot")
         };
         while items.len() < max_items {
@@ -316,7 +338,15 @@ impl Term {
             bytes += size;
             self.next_seq += 1;
             items.push(item);
-            entries.push((uid, Dirty { kind, since, changed: since, tombstone: None }));
+            entries.push((
+                uid,
+                Dirty {
+                    kind,
+                    since,
+                    changed: since,
+                    tombstone: None,
+                },
+            ));
         }
         *sent += items.len() as u64;
         let final_ = remaining.is_empty();
@@ -329,7 +359,12 @@ impl Term {
         };
         *next_part += 1;
         let id = self.fresh_id(first_seq);
-        Batch { id, snapshot: Some(part), items, entries }
+        Batch {
+            id,
+            snapshot: Some(part),
+            items,
+            entries,
+        }
     }
 
     fn delta(&mut self, cache: &mut Cache, now: Instant, observed_at: &str) -> Option<Batch> {
@@ -357,7 +392,12 @@ impl Term {
             return None;
         }
         let id = self.fresh_id(first_seq);
-        Some(Batch { id, snapshot: None, items, entries })
+        Some(Batch {
+            id,
+            snapshot: None,
+            items,
+            entries,
+        })
     }
 
     /// 400/422: the batch's halves go first (new batch ids, same seqs). A single item is dropped and
@@ -436,12 +476,16 @@ impl Term {
                     cache.dirty.restore(&uid, entry);
                     outcome.retried += 1;
                 }
-                Some(r) => outcome.dropped.push((item.obj_ref.kind.clone(), item.op, r.code.clone())),
+                Some(r) => outcome
+                    .dropped
+                    .push((item.obj_ref.kind.clone(), item.op, r.code.clone())),
                 None => outcome.stored.push((item.obj_ref.kind.clone(), item.op, entry.changed)),
             }
         }
         if let Some(part) = batch.snapshot.filter(|s| s.final_) {
-            if matches!(&self.phase, Phase::Snapshot { remaining, .. } if remaining.is_empty()) && self.pending.is_empty() {
+            if matches!(&self.phase, Phase::Snapshot { remaining, .. } if remaining.is_empty())
+                && self.pending.is_empty()
+            {
                 self.phase = Phase::Delta;
             }
             outcome.snapshot_completed = Some(part.id);

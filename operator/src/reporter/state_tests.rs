@@ -88,7 +88,10 @@ fn snapshot_parts_end_with_a_counted_final() {
     cache.apply(app("u0000", "Degraded"), now); // a change during the snapshot is sent afterwards
     let second = term.next_batch(&mut cache, now, "t").unwrap();
     let s2 = second.snapshot.clone().unwrap();
-    assert_eq!((s2.part, s2.final_, s2.total_objects, s2.confirmed_empty), (2, true, Some(250), false));
+    assert_eq!(
+        (s2.part, s2.final_, s2.total_objects, s2.confirmed_empty),
+        (2, true, Some(250), false)
+    );
     assert_eq!(s1.id, s2.id);
     term.acked(&mut cache, first, &[]);
     assert!(matches!(term.phase, Phase::Snapshot { .. }));
@@ -126,7 +129,11 @@ fn split_isolates_the_bad_item_and_halve_shrinks_batches() {
     assert_ne!(a.id, batch.id);
     let again: Vec<u64> = a.items.iter().chain(&b.items).map(|i| i.seq).collect();
     assert_eq!(again, seqs, "halves keep their seqs");
-    let single = Batch { items: a.items[..1].to_vec(), entries: a.entries[..1].to_vec(), ..a.clone() };
+    let single = Batch {
+        items: a.items[..1].to_vec(),
+        entries: a.entries[..1].to_vec(),
+        ..a.clone()
+    };
     assert_eq!(term.split(single), Some(("Application".to_string(), "upsert")));
     term.halve(b);
     assert_eq!(term.max_items, MAX_BATCH_ITEMS / 2);
@@ -140,8 +147,16 @@ fn retryable_results_go_back_and_the_others_are_dropped() {
     let mut term = Term::new(1, Phase::Delta);
     let batch = term.next_batch(&mut cache, now, "t").unwrap();
     let results = [
-        ItemResult { i: 0, code: "busy".into(), retryable: true },
-        ItemResult { i: 2, code: "invalid".into(), retryable: false },
+        ItemResult {
+            i: 0,
+            code: "busy".into(),
+            retryable: true,
+        },
+        ItemResult {
+            i: 2,
+            code: "invalid".into(),
+            retryable: false,
+        },
     ];
     let outcome = term.acked(&mut cache, batch, &results);
     assert_eq!(outcome.retried, 1);
@@ -159,7 +174,10 @@ fn digest_chunks_and_needs() {
     cache.dirty.clear();
     let mut term = Term::new(5, Phase::Delta);
     term.phase = term.digest(&cache);
-    assert!(term.next_batch(&mut cache, now, "t").is_none(), "no batch while digesting");
+    assert!(
+        term.next_batch(&mut cache, now, "t").is_none(),
+        "no batch while digesting"
+    );
     let c1 = term.next_digest_chunk(&cache).unwrap();
     assert_eq!((c1.part, c1.final_, c1.items.len()), (1, false, MAX_DIGEST_ENTRIES));
     term.digest_answered(&mut cache, &c1, &["u0001".into()], now);

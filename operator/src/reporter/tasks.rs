@@ -73,14 +73,21 @@ impl RecentTasks {
 pub async fn run(shared: Arc<Shared>, stop: Shutdown) {
     let mut attempt = 0;
     loop {
-        let Some(endpoint) = shared.wait_open(&stop).await else { return };
+        let Some(endpoint) = shared.wait_open(&stop).await else {
+            return;
+        };
         let client = Arc::clone(&endpoint.client);
         let path = format!("/tasks?wait={WAIT_SECONDS}");
         let timeout = Duration::from_secs(WAIT_SECONDS) + Duration::from_secs(10);
         let result = tokio::task::spawn_blocking(move || client.get(&path, timeout))
             .await
-            .unwrap_or_else(|e| Err(super::client::TransportError::Other(format!("request task failed: {e}"))));
-        let outcome: Option<Outcome<TasksAnswer>> = shared.interpret(&endpoint, "tasks", result, &mut attempt, &stop).await;
+            .unwrap_or_else(|e| {
+                Err(super::client::TransportError::Other(format!(
+                    "request task failed: {e}"
+                )))
+            });
+        let outcome: Option<Outcome<TasksAnswer>> =
+            shared.interpret(&endpoint, "tasks", result, &mut attempt, &stop).await;
         match outcome {
             None => return,
             Some(Outcome::Ok(answer)) => {
@@ -126,7 +133,13 @@ fn accept(shared: &Arc<Shared>, endpoint: &Arc<Endpoint>, task: Task) {
         Ok(()) => {
             tokio::spawn(async move {
                 let result = carry_out(&shared, &endpoint, &task).await;
-                tracing::info!(task = task.id, kind = task.type_, state = result.state, "task done: {}", result.message);
+                tracing::info!(
+                    task = task.id,
+                    kind = task.type_,
+                    state = result.state,
+                    "task done: {}",
+                    result.message
+                );
                 let type_ = if matches!(task.type_.as_str(), "sync" | "refresh" | "rollback" | "terminate") {
                     task.type_.as_str()
                 } else {
@@ -149,16 +162,24 @@ async fn post_result(shared: &Shared, endpoint: &Endpoint, id: &str, result: &Ta
         .take(128)
         .collect();
     for _ in 0..5 {
-        let Some(endpoint_now) = shared.wait_open(&stop).await else { return };
+        let Some(endpoint_now) = shared.wait_open(&stop).await else {
+            return;
+        };
         let json = serde_json::to_vec(result).unwrap_or_default();
         let answer = super::sender::post(&endpoint_now, &format!("/tasks/{id_segment}/result"), json, None).await;
-        match shared.interpret::<PlainAnswer>(endpoint, "task_result", answer, &mut attempt, &stop).await {
+        match shared
+            .interpret::<PlainAnswer>(endpoint, "task_result", answer, &mut attempt, &stop)
+            .await
+        {
             Some(Outcome::Ok(_)) | None => return,
             Some(Outcome::StepDown(_)) => return,
             _ => {}
         }
     }
-    tracing::warn!(task = id, "could not post the task result; the receiver will deliver the task again");
+    tracing::warn!(
+        task = id,
+        "could not post the task result; the receiver will deliver the task again"
+    );
 }
 
 fn result(state: &'static str, message: impl Into<String>) -> TaskResult {
@@ -194,7 +215,11 @@ async fn carry_out(shared: &Shared, endpoint: &Endpoint, task: &Task) -> TaskRes
     match task.type_.as_str() {
         "sync" | "rollback" => sync(&api, &app, task).await,
         "refresh" => {
-            let mode = if task.args["hard"].as_bool() == Some(true) { REFRESH_HARD } else { REFRESH_NORMAL };
+            let mode = if task.args["hard"].as_bool() == Some(true) {
+                REFRESH_HARD
+            } else {
+                REFRESH_NORMAL
+            };
             let patch = json!({"metadata": {"annotations": {REFRESH_ANNOTATION: mode}}});
             match api.patch(name, &params(), &Patch::Merge(&patch)).await {
                 Ok(_) => result("succeeded", format!("{mode} refresh requested")),
@@ -202,7 +227,9 @@ async fn carry_out(shared: &Shared, endpoint: &Endpoint, task: &Task) -> TaskRes
             }
         }
         "terminate" => {
-            let phase = app.data["status"]["operationState"]["phase"].as_str().unwrap_or_default();
+            let phase = app.data["status"]["operationState"]["phase"]
+                .as_str()
+                .unwrap_or_default();
             if phase != "Running" {
                 return result("failed", "no operation is running");
             }
@@ -212,7 +239,10 @@ async fn carry_out(shared: &Shared, endpoint: &Endpoint, task: &Task) -> TaskRes
                 Err(e) => result("failed", kube_message(&e)),
             }
         }
-        other => result("rejected", format!("unknown task type {:?}", crate::engine::plan::truncate(other, 32))),
+        other => result(
+            "rejected",
+            format!("unknown task type {:?}", crate::engine::plan::truncate(other, 32)),
+        ),
     }
 }
 
@@ -241,7 +271,9 @@ pub fn operation_for(task: &Task) -> Result<Value, String> {
     let info = json!([{"name": TASK_ID_INFO, "value": task.id}]);
     let initiated = json!({"username": FIELD_MANAGER});
     if task.type_ == "rollback" {
-        let id = task.args["id"].as_i64().ok_or("rollback needs args.id (a status.history[].id)")?;
+        let id = task.args["id"]
+            .as_i64()
+            .ok_or("rollback needs args.id (a status.history[].id)")?;
         return Ok(json!({"initiatedBy": initiated, "info": info, "rollback": {"id": id}}));
     }
     let mut sync = json!({});
@@ -306,7 +338,13 @@ async fn follow(api: &Api<DynamicObject>, name: &str, id: &str) -> TaskResult {
             return result("failed", refusal(&app.data["status"]));
         }
     }
-    result("failed", format!("no outcome within {} minutes; the operation may still be running", FOLLOW_FOR.as_secs() / 60))
+    result(
+        "failed",
+        format!(
+            "no outcome within {} minutes; the operation may still be running",
+            FOLLOW_FOR.as_secs() / 60
+        ),
+    )
 }
 
 /// Why a requested operation was removed without running, from the status conditions.

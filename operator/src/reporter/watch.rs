@@ -65,7 +65,11 @@ pub async fn objects(client: Client, kind: Kind, shared: Arc<Shared>, shutdown: 
             Ok(Event::InitDone) => {
                 let gone: Vec<String> = {
                     let cache = lock(&shared.cache);
-                    cache.uids_of(kind).into_iter().filter(|u| !listed.contains(u)).collect()
+                    cache
+                        .uids_of(kind)
+                        .into_iter()
+                        .filter(|u| !listed.contains(u))
+                        .collect()
                 };
                 for uid in gone {
                     shared.forget(&uid);
@@ -95,10 +99,13 @@ pub async fn settings(
     shutdown: Shutdown,
 ) {
     let by_name = watcher::Config::default().fields(&format!("metadata.name={SETTINGS_NAME}"));
-    let maps = watcher(Api::<ConfigMap>::namespaced(client.clone(), &namespace), by_name.clone())
-        .default_backoff()
-        .touched_objects()
-        .map(|r| r.map(|cm| Source::Map(cm.data.unwrap_or_default())));
+    let maps = watcher(
+        Api::<ConfigMap>::namespaced(client.clone(), &namespace),
+        by_name.clone(),
+    )
+    .default_backoff()
+    .touched_objects()
+    .map(|r| r.map(|cm| Source::Map(cm.data.unwrap_or_default())));
     let secrets = watcher(Api::<Secret>::namespaced(client, &namespace), by_name)
         .default_backoff()
         .touched_objects()
@@ -128,7 +135,11 @@ pub async fn settings(
                          the path can read the token and the reports"
                     );
                 }
-                tracing::info!(url = e.settings.url, agent = e.settings.agent_id, "reporter configuration loaded");
+                tracing::info!(
+                    url = e.settings.url,
+                    agent = e.settings.agent_id,
+                    "reporter configuration loaded"
+                );
                 endpoint.send_replace(Some(Arc::new(e)));
             }
             Ok(None) => {}
@@ -148,7 +159,12 @@ enum Source {
 }
 
 fn decode(secret: Secret) -> BTreeMap<String, Vec<u8>> {
-    let mut out: BTreeMap<String, Vec<u8>> = secret.data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)).collect();
+    let mut out: BTreeMap<String, Vec<u8>> = secret
+        .data
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, v.0))
+        .collect();
     for (k, v) in secret.string_data.unwrap_or_default() {
         out.insert(k, v.into_bytes());
     }

@@ -57,7 +57,11 @@ pub struct Item {
 impl Item {
     /// The item carrying `p`'s current state.
     pub fn state(p: &Projected, seq: u64, observed_at: &str) -> Item {
-        let op = if p.kind == super::project::Kind::Event { "event" } else { "upsert" };
+        let op = if p.kind == super::project::Kind::Event {
+            "event"
+        } else {
+            "upsert"
+        };
         Item {
             op,
             seq,
