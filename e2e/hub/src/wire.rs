@@ -232,18 +232,21 @@ pub fn parse_item(raw: &Value) -> Result<Item, ItemProblem> {
         return Err(ItemProblem::invalid("seq counts from 1"));
     }
     let r = &item.object;
-    for (name, value) in [
-        ("ref.apiVersion", &r.api_version),
-        ("ref.kind", &r.kind),
-        ("ref.name", &r.name),
-    ] {
-        field(non_empty(name, value))?;
+    if !item.deletes_by_uid() {
+        for (name, value) in [
+            ("ref.apiVersion", &r.api_version),
+            ("ref.kind", &r.kind),
+            ("ref.name", &r.name),
+        ] {
+            field(non_empty(name, value))?;
+        }
+        field(non_empty("ref.namespace", &r.namespace))?;
     }
-    field(non_empty("ref.namespace", &r.namespace))?;
     field(non_empty("ref.uid", &r.uid))?;
     field(rfc3339("observedAt", &item.observed_at))?;
     match item.op {
         Op::Upsert => check_upsert(&item)?,
+        Op::Delete if item.deletes_by_uid() => check_tombstone(&item)?,
         Op::Delete => check_delete(&item)?,
         Op::Event => check_event(&item)?,
     }
@@ -292,8 +295,25 @@ fn check_upsert(item: &Item) -> Result<(), ItemProblem> {
     Ok(())
 }
 
+impl Item {
+    /// A delete that answers a digest `need` for a uid the sender no longer knows: only `ref.uid` is set
+    /// (docs/reporter-protocol.md); the receiver deletes by uid and keeps the identity it holds.
+    pub fn deletes_by_uid(&self) -> bool {
+        let r = &self.object;
+        self.op == Op::Delete
+            && r.api_version.is_empty()
+            && r.kind.is_empty()
+            && r.namespace.is_empty()
+            && r.name.is_empty()
+    }
+}
+
 fn check_delete(item: &Item) -> Result<(), ItemProblem> {
     check_object_kind(item)?;
+    check_tombstone(item)
+}
+
+fn check_tombstone(item: &Item) -> Result<(), ItemProblem> {
     if item.content_hash.is_some() || item.summary.is_some() || !matches!(item.status, None | Some(Value::Null)) {
         return Err(ItemProblem::invalid(
             "a delete has contentHash, summary and status null",
@@ -589,6 +609,22 @@ mod tests {
         assert_eq!(b.items.len(), 1);
         let item = parse_item(&b.items[0]).unwrap();
         assert_eq!((item.op, item.seq, item.object.uid.as_str()), (Op::Upsert, 3, "u1"));
+    }
+
+    #[test]
+    fn a_delete_by_uid_alone_parses_and_only_as_a_delete() {
+        let by_uid = json!({"op": "delete", "seq": 4,
+            "ref": {"apiVersion": "", "kind": "", "namespace": "", "name": "", "uid": "gone"},
+            "resourceVersion": null, "generation": null, "contentHash": null,
+            "observedAt": "2026-11-26T10:04:04.900Z", "summary": null, "status": null, "truncated": false});
+        let item = parse_item(&by_uid).unwrap();
+        assert!(item.deletes_by_uid());
+        let mut upsert_by_uid = upsert();
+        upsert_by_uid["ref"] = by_uid["ref"].clone();
+        assert!(parse_item(&upsert_by_uid).is_err(), "an upsert needs its whole ref");
+        let mut half = by_uid.clone();
+        half["ref"]["kind"] = json!("Application");
+        assert!(parse_item(&half).is_err(), "a partial ref is not a delete by uid");
     }
 
     #[test]

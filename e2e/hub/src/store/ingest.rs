@@ -134,6 +134,22 @@ fn store_object(tx: &Transaction<'_>, agent: &str, item: &Item, key: Key) -> Sto
         return Ok("stale");
     }
     let r = &item.object;
+    if item.deletes_by_uid() {
+        // Only the uid is known to the sender: keep the identity held here, mark it deleted.
+        let changed = tx.execute(
+            "UPDATE objects SET epoch = ?3, seq = ?4, deleted = 1, deleted_by = 'delete', content_hash = NULL,
+               summary = NULL, status = NULL, observed_at = ?5, updated_ms = ?6 WHERE agent_id = ?1 AND uid = ?2",
+            params![
+                agent,
+                r.uid,
+                key.epoch as i64,
+                key.seq as i64,
+                item.observed_at,
+                now_ms()
+            ],
+        )?;
+        return Ok(if changed == 0 { "stale" } else { "applied" });
+    }
     let deleted = item.op == Op::Delete;
     tx.execute(
         "INSERT OR REPLACE INTO objects (agent_id, uid, api_version, kind, namespace, name, epoch, seq, deleted,
