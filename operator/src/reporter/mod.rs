@@ -117,6 +117,9 @@ pub struct Shared {
     pub resync_request: Mutex<Option<String>>,
     /// Recent task ids (idempotency).
     pub recent_tasks: Mutex<tasks::RecentTasks>,
+    /// Objects in batches not acknowledged yet (taken out of the dirty set, still backlog): per kind, and
+    /// since when the oldest is waiting.
+    pub unacked: Mutex<(std::collections::HashMap<project::Kind, usize>, Option<Instant>)>,
     /// Woken when a lane reaches the receiver after a failure: the other lanes end their backoff
     /// sleeps, so a receiver that comes back is noticed by the first lane to try, not by the slowest.
     pub reconnected: Notify,
@@ -144,6 +147,36 @@ impl Shared {
     /// Records a deletion.
     pub fn forget(&self, uid: &str) {
         lock(&self.cache).remove(uid, Instant::now());
+    }
+
+    /// The backlog: pending objects per kind (dirty or in an unacknowledged batch), their number, and
+    /// the age of the oldest change among them.
+    pub fn backlog(&self) -> (std::collections::HashMap<project::Kind, usize>, usize, Option<Duration>) {
+        let (mut per_kind, mut oldest) = {
+            let cache = lock(&self.cache);
+            (cache.dirty.per_kind(), cache.dirty.oldest_since())
+        };
+        let unacked = lock(&self.unacked);
+        for (kind, n) in &unacked.0 {
+            *per_kind.entry(*kind).or_insert(0) += n;
+        }
+        oldest = match (oldest, unacked.1) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let total = per_kind.values().sum();
+        (per_kind, total, oldest.map(|t| t.elapsed()))
+    }
+
+    /// Records which batches are sent but not acknowledged (they are still backlog).
+    pub fn note_unacked<'a>(&self, batches: impl Iterator<Item = &'a state::Batch>) {
+        let mut per_kind = std::collections::HashMap::new();
+        let mut oldest: Option<Instant> = None;
+        for (_, entry) in batches.flat_map(|b| b.entries.iter()) {
+            *per_kind.entry(entry.kind).or_insert(0) += 1;
+            oldest = Some(oldest.map_or(entry.since, |o| o.min(entry.since)));
+        }
+        *lock(&self.unacked) = (per_kind, oldest);
     }
 
     /// The current endpoint.
@@ -211,6 +244,7 @@ pub async fn run(ctx: Arc<Context>, metrics: ReporterMetrics, shutdown: Shutdown
         resync_request: Mutex::new(None),
         recent_tasks: Mutex::new(tasks::RecentTasks::default()),
         reconnected: Notify::new(),
+        unacked: Mutex::new(Default::default()),
     });
     tracing::info!(instance = shared.instance, "reporter starting");
     if let Ok(v) = client.apiserver_version().await {

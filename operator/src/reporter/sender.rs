@@ -328,7 +328,13 @@ async fn term_loop(
             }
         }
         let batch = in_flight.take().expect("a batch is in flight here");
-        match send_batch(shared, run, &batch, shutdown).await {
+        shared.note_unacked(std::iter::once(&batch).chain(run.term.pending.iter()));
+        let outcome = send_batch(shared, run, &batch, shutdown).await;
+        // What stays unacknowledged is noted again at the next send; a batch that goes again stays counted.
+        if !matches!(outcome, Some(Outcome::Again | Outcome::Resync)) {
+            shared.note_unacked(run.term.pending.iter());
+        }
+        match outcome {
             None => return TermEnd::Shutdown,
             Some(Outcome::Ok(answer)) => acked(shared, run, batch, answer),
             Some(Outcome::Split) => {
@@ -680,12 +686,9 @@ async fn heartbeats(shared: Arc<Shared>, epoch: u64, stop: Shutdown) {
 }
 
 fn heartbeat_body(shared: &Shared, epoch: u64) -> HeartbeatBody {
-    let (counts, dirty, oldest) = {
-        let cache = lock(&shared.cache);
-        let counts = cache.counts();
-        let oldest = cache.dirty.oldest_since().map_or(0.0, |t| t.elapsed().as_secs_f64());
-        (counts, cache.dirty.len(), oldest)
-    };
+    let counts = lock(&shared.cache).counts();
+    let (_, dirty, oldest) = shared.backlog();
+    let oldest = oldest.map_or(0.0, |d| d.as_secs_f64());
     let gate = lock(&shared.gate);
     HeartbeatBody {
         instance: shared.instance.clone(),
@@ -706,8 +709,7 @@ fn heartbeat_body(shared: &Shared, epoch: u64) -> HeartbeatBody {
 }
 
 fn publish_gauges(shared: &Shared) {
-    let cache = lock(&shared.cache);
-    let per_kind = cache.dirty.per_kind();
+    let (per_kind, _, oldest) = shared.backlog();
     for kind in Kind::CAPSTAN.into_iter().chain([Kind::Event]) {
         let n = per_kind.get(&kind).copied().unwrap_or(0);
         shared
@@ -719,8 +721,7 @@ fn publish_gauges(shared: &Shared) {
     shared
         .metrics
         .oldest_dirty_age
-        .set(cache.dirty.oldest_since().map_or(0.0, |t| t.elapsed().as_secs_f64()));
-    drop(cache);
+        .set(oldest.map_or(0.0, |d| d.as_secs_f64()));
     let coalesced = lock(&shared.cache).dirty.take_coalesced();
     shared.metrics.items_coalesced.inc_by(coalesced);
 }
