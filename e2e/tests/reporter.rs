@@ -68,6 +68,23 @@ async fn registers_sends_deltas_and_deletes_and_never_a_credential() {
         .collect();
     assert!(!snapshots.is_empty(), "first registration is a snapshot");
 
+    let event = json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "web.test", "namespace": env.ns},
+        "involvedObject": {"apiVersion": "capstan.dev/v1alpha1", "kind": "Application", "name": "web", "namespace": env.ns},
+        "reason": "TestReason", "message": "an event about web", "type": "Normal", "count": 1});
+    env.cluster
+        .kubectl_ok_stdin(&["apply", "-f", "-"], &capstan_e2e::fixtures::to_yaml(&[event]))
+        .await;
+    let path = format!("/api/agents/{}/events", env.agent);
+    wait_until("the Event at the hub", HUB_TIMEOUT, POLL, || async {
+        let (_, events) = env.hub.get(&path).await;
+        events
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|e| e["status"]["reason"] == "TestReason" && e["status"]["involvedObject"]["name"] == "web")
+    })
+    .await;
+
     env.set_health("api", "Healthy").await;
     env.wait_hub_health("api", "Healthy").await;
     let client = env.client().await;
@@ -256,8 +273,9 @@ async fn a_huge_status_is_truncated_and_the_rest_flows() {
     );
 }
 
-/// SIGKILL while a backlog waits (the hub answers slowly): the restarted reporter goes through
-/// `/digest` (its checkpoint says a snapshot completed), sends no snapshot, and only what changed.
+/// SIGKILL while a backlog waits (the hub answers 500): the restarted reporter goes through `/digest` (its
+/// checkpoint says a snapshot completed), sends no snapshot, only what changed, and a delete by uid for the
+/// Application deleted while no reporter ran.
 #[tokio::test]
 async fn a_restart_mid_backlog_goes_through_the_digest() {
     let mut env = env("rep-digest").await;
@@ -300,6 +318,10 @@ async fn a_restart_mid_backlog_goes_through_the_digest() {
     })
     .await;
     env.reporter().kill().await;
+    // Deleted while no reporter runs: only the digest can tell the hub.
+    env.cluster
+        .kubectl_ok(&["delete", "applications.capstan.dev", "app-39", "-n", &env.ns])
+        .await;
     env.hub.clear_faults().await;
     let before = env
         .hub
@@ -312,6 +334,13 @@ async fn a_restart_mid_backlog_goes_through_the_digest() {
     for n in names.iter().take(10) {
         env.wait_hub_health(n, "Degraded").await;
     }
+    wait_until(
+        "the hub to delete app-39 (a digest need the reporter no longer knows)",
+        HUB_TIMEOUT,
+        POLL,
+        || async { env.hub_object("Application", "app-39").await.is_none() },
+    )
+    .await;
     let after: Vec<Value> = env
         .hub
         .requests(&env.agent)
