@@ -96,7 +96,11 @@ async fn helm_chart_installs_crds_rbac_and_an_operator_that_accepts_its_flags() 
     ] {
         assert!(args.iter().any(|a| a == expected), "{expected} missing from {args:?}");
     }
-    // Every flag the chart passes is one the binary knows: a typo would crash-loop the Deployment.
+    assert_known_flags(&args).await;
+}
+
+/// Every flag the chart passes (after `run`) is one the binary knows: a typo would crash-loop the Deployment.
+async fn assert_known_flags(args: &[String]) {
     let help = output(
         Command::new(workspace_binary("capstan")).args(["run", "--help"]),
         "capstan run --help",
@@ -167,15 +171,7 @@ async fn helm_chart_reporter_is_opt_in_and_least_privilege() {
     assert_eq!(pod["serviceAccountName"], "capstan-reporter");
     let args: Vec<String> = serde_json::from_value(pod["containers"][0]["args"].clone()).expect("args");
     assert!(args.iter().any(|a| a == "--controllers=reporter"), "{args:?}");
-    let help = output(
-        Command::new(workspace_binary("capstan")).args(["run", "--help"]),
-        "capstan run --help",
-    )
-    .await;
-    for flag in args.iter().skip(1) {
-        let name = flag.split('=').next().unwrap_or(flag);
-        assert!(help.contains(name), "`capstan run` does not know {name}");
-    }
+    assert_known_flags(&args).await;
     let cluster_role = find(&on, "ClusterRole", "capstan-reporter").expect("the reporter ClusterRole");
     for kind in [
         "applications",

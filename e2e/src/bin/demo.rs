@@ -179,6 +179,25 @@ fn parse_duration(s: &str) -> Result<Duration> {
     Ok(total)
 }
 
+/// Waits until `capstan run` (`proc`, metrics on `addr`) answers `/readyz` 200, or fails with its log tail.
+async fn wait_ready(proc: &mut Proc, addr: &str, log: &Path, what: &str) -> Result<()> {
+    let socket = addr.parse().context("the metrics address")?;
+    let deadline = Instant::now() + STARTUP;
+    loop {
+        if let Some((200, _)) = http_get(socket, "/readyz").await {
+            return Ok(());
+        }
+        proc.check_running()?;
+        if Instant::now() > deadline {
+            bail!(
+                "{what} did not become ready (GET /readyz = 200) within {STARTUP:?}\n{}",
+                log_tail(log, 40)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// A child process the demo owns; SIGTERM on shutdown, SIGKILL when dropped.
 struct Proc {
     name: &'static str,
@@ -507,21 +526,7 @@ impl Demo {
             .env_remove("CAPSTAN_NAMESPACE");
         let log = self.settings.dir.join("capstan.log");
         let proc = self.operator.insert(Proc::spawn("capstan run", cmd, log.clone())?);
-        let socket = addr.parse().context("the metrics address")?;
-        let deadline = Instant::now() + STARTUP;
-        loop {
-            if let Some((200, _)) = http_get(socket, "/readyz").await {
-                return Ok(());
-            }
-            proc.check_running()?;
-            if Instant::now() > deadline {
-                bail!(
-                    "the operator did not become ready (GET /readyz = 200) within {STARTUP:?}\n{}",
-                    log_tail(&log, 40)
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        wait_ready(proc, &addr, &log, "the operator").await
     }
 
     /// `capstan-hub` on a free loopback port with its database in the work directory; returns its URL.
@@ -584,21 +589,7 @@ impl Demo {
             .env_remove("CAPSTAN_NAMESPACE");
         let log = self.settings.dir.join("reporter.log");
         let proc = self.reporter.insert(Proc::spawn("the reporter", cmd, log.clone())?);
-        let socket = addr.parse().context("the reporter's metrics address")?;
-        let deadline = Instant::now() + STARTUP;
-        loop {
-            if let Some((200, _)) = http_get(socket, "/readyz").await {
-                return Ok(());
-            }
-            proc.check_running()?;
-            if Instant::now() > deadline {
-                bail!(
-                    "the reporter did not become ready within {STARTUP:?}\n{}",
-                    log_tail(&log, 40)
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        wait_ready(proc, &addr, &log, "the reporter").await
     }
 
     /// Waits (until `deadline`) for the hub page to show the Application Synced and Healthy.

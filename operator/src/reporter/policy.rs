@@ -110,27 +110,10 @@ pub fn random_u64() -> u64 {
     hasher.finish()
 }
 
-/// Whether `pattern` (`*` any run, `?` one character) matches `text` entirely.
+/// Whether `pattern` (`*` any run, `?` one character) matches `text` entirely (the same matcher as
+/// known_hosts patterns).
 pub fn glob_match(pattern: &str, text: &str) -> bool {
-    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
-    let (mut pi, mut ti) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while ti < t.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
-            pi += 1;
-            ti += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some((pi, ti));
-            pi += 1;
-        } else if let Some((sp, st)) = star {
-            pi = sp + 1;
-            ti = st + 1;
-            star = Some((sp, st + 1));
-        } else {
-            return false;
-        }
-    }
-    p[pi..].iter().all(|c| *c == '*')
+    crate::source::known_hosts::wildcard_match(pattern, text)
 }
 
 #[cfg(test)]

@@ -135,7 +135,7 @@ fn hashed_matches(hashed: &str, name: &str) -> bool {
 }
 
 /// OpenSSH pattern matching: `*` any run, `?` one character. Iterative, no recursion blow-up.
-fn wildcard_match(pattern: &str, text: &str) -> bool {
+pub(crate) fn wildcard_match(pattern: &str, text: &str) -> bool {
     let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
     let (mut pi, mut ti) = (0, 0);
     let mut star: Option<(usize, usize)> = None;
