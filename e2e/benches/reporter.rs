@@ -164,7 +164,7 @@ async fn main() -> anyhow::Result<()> {
         ns,
         agent: "bench".into(),
     };
-    env.configure(&env.hub.token().to_string(), None).await;
+    env.configure(env.hub.token(), None).await;
     let client = env.client().await;
     let names = names();
     stream::iter(names.iter().map(|n| {
@@ -205,7 +205,11 @@ async fn main() -> anyhow::Result<()> {
     let mut i = 0usize;
     while t0.elapsed() < window {
         let name = &names[i % APPS];
-        let health = if (i / APPS) % 2 == 0 { "Progressing" } else { "Healthy" };
+        let health = if (i / APPS).is_multiple_of(2) {
+            "Progressing"
+        } else {
+            "Healthy"
+        };
         set_status(
             &client,
             &env.ns,
@@ -240,14 +244,14 @@ async fn main() -> anyhow::Result<()> {
     eprintln!("{}", lines.last().unwrap());
 
     // R4: an outage with 20,000 changes.
-    let rounds = 20;
+    let rounds: usize = 20;
     let before = last_request_id(&env).await;
     env.hub.stop().await;
     let outage = Instant::now();
     for round in 0..rounds {
         let health = if round == rounds - 1 {
             "Degraded"
-        } else if round % 2 == 0 {
+        } else if round.is_multiple_of(2) {
             "Progressing"
         } else {
             "Healthy"

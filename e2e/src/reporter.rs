@@ -48,16 +48,15 @@ impl ReporterEnv {
         let ns = cluster.with_namespace(prefix).await;
         let hub = Hub::start(options.hub.clone()).await;
         let agent = format!("{prefix}-agent");
-        let env = Self {
+        let mut env = Self {
             reporters: Vec::new(),
             hub,
             cluster,
             ns,
             agent,
         };
-        env.configure(&env.hub.token().to_string(), options.tasks_namespaces.as_deref())
+        env.configure(env.hub.token(), options.tasks_namespaces.as_deref())
             .await;
-        let mut env = env;
         for _ in 0..options.replicas.max(1) {
             env.reporters
                 .push(Operator::start(env.cluster.kubeconfig_path(), reporter_options()).await);
