@@ -16,6 +16,7 @@ use tempfile::TempDir;
 use tokio::sync::OnceCell;
 
 use crate::kubectl::{Kubectl, KubectlOutput, KubectlWatch};
+use crate::raw_http::Endpoint;
 
 /// An in-process devcluster with a kubeconfig and a kubectl cache of its own.
 ///
@@ -62,6 +63,15 @@ impl TestCluster {
         self.dev.url()
     }
 
+    /// The server for raw requests, as the admin user.
+    pub fn endpoint(&self) -> Endpoint {
+        Endpoint {
+            url: self.dev.url(),
+            ca_pem: Some(self.dev.ca_pem()),
+            token: Some(self.dev.admin_token()),
+        }
+    }
+
     pub fn kubeconfig_path(&self) -> &Path {
         self.kubectl.kubeconfig()
     }
@@ -75,15 +85,33 @@ impl TestCluster {
     /// server exactly as a user would configure them. Built once per test.
     pub async fn client(&self) -> Client {
         self.client
-            .get_or_init(|| async {
-                let kubeconfig = Kubeconfig::read_from(self.kubeconfig_path()).expect("the kubeconfig parses");
-                let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-                    .await
-                    .expect("kube-rs accepts the kubeconfig");
-                Client::try_from(config).expect("a kube-rs client")
-            })
+            .get_or_init(|| async { client_from_yaml(&self.dev.kubeconfig_yaml()).await })
             .await
             .clone()
+    }
+
+    /// A kube-rs client authenticating with `token` (HTTPS with the cluster CA, like the admin client).
+    pub async fn client_with_token(&self, token: &str) -> Client {
+        client_from_yaml(&self.dev.kubeconfig_for_token("token-user", token)).await
+    }
+
+    /// kubectl with its own kubeconfig whose user authenticates with `token`; `name` names the files.
+    pub fn kubectl_with_token(&self, name: &str, token: &str) -> Kubectl {
+        self.kubectl_with_kubeconfig(name, &self.dev.kubeconfig_for_token(name, token))
+    }
+
+    /// kubectl with its own kubeconfig (written under [`TestCluster::dir`] as `<name>.kubeconfig`).
+    pub fn kubectl_with_kubeconfig(&self, name: &str, yaml: &str) -> Kubectl {
+        let path = self.dir.path().join(format!("{name}.kubeconfig"));
+        std::fs::write(&path, yaml).expect("the kubeconfig can be written");
+        Kubectl::new(path, self.dir.path().join(format!("{name}-kubectl-cache")))
+    }
+
+    /// A token for ServiceAccount `namespace/name` from the TokenRequest API, valid for an hour.
+    pub fn create_token(&self, namespace: &str, name: &str) -> String {
+        self.dev
+            .create_token(namespace, name, 3600)
+            .unwrap_or_else(|e| panic!("a token for {namespace}/{name}: {e}"))
     }
 
     /// Creates a namespace with a unique name starting with `prefix`, and returns its name.
@@ -157,4 +185,13 @@ impl TestCluster {
     pub fn kubectl_watch(&self, args: &[&str]) -> KubectlWatch {
         self.kubectl.spawn_lines(args)
     }
+}
+
+/// A kube-rs client from kubeconfig text.
+pub async fn client_from_yaml(yaml: &str) -> Client {
+    let kubeconfig = Kubeconfig::from_yaml(yaml).expect("the kubeconfig parses");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("kube-rs accepts the kubeconfig");
+    Client::try_from(config).expect("a kube-rs client")
 }

@@ -146,6 +146,11 @@ pub struct DevClusterProcess {
 impl DevClusterProcess {
     /// Starts `devcluster --listen 127.0.0.1:0 --kubeconfig-out <tmp>` and waits for its ready line.
     pub async fn start() -> Self {
+        Self::start_with(&[]).await
+    }
+
+    /// [`DevClusterProcess::start`] with extra flags (`--insecure-http`, `--tls-cert-dir DIR`, ...).
+    pub async fn start_with(extra: &[&str]) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("capstan-devcluster-")
             .tempdir()
@@ -153,7 +158,8 @@ impl DevClusterProcess {
         let kubeconfig = dir.path().join("kubeconfig");
         let mut cmd = Command::new(workspace_binary("devcluster"));
         cmd.args(["--listen", "127.0.0.1:0", "--kubeconfig-out"])
-            .arg(&kubeconfig);
+            .arg(&kubeconfig)
+            .args(extra);
         let mut process = BackgroundProcess::spawn("devcluster", cmd);
         let ready = process
             .wait_for_line(crate::TIMEOUT, |l| l.starts_with("devcluster ready: "))
@@ -166,5 +172,12 @@ impl DevClusterProcess {
             kubectl,
             _dir: dir,
         }
+    }
+}
+
+impl DevClusterProcess {
+    /// The server for raw requests, as the admin user of its kubeconfig.
+    pub fn endpoint(&self) -> crate::raw_http::Endpoint {
+        crate::raw_http::Endpoint::from_kubeconfig(self.kubectl.kubeconfig())
     }
 }

@@ -84,6 +84,7 @@ mod tests {
             content_type: String::new(),
             user_agent: String::new(),
             status: 200,
+            ..RequestRecord::default()
         }
     }
 

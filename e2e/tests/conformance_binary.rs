@@ -11,7 +11,7 @@ use kube::{
 #[tokio::test]
 async fn devcluster_binary_announces_its_url_serves_clients_and_stops_on_sigterm() {
     let dc = DevClusterProcess::start().await;
-    assert!(dc.url.starts_with("http://127.0.0.1:"), "{}", dc.url);
+    assert!(dc.url.starts_with("https://127.0.0.1:"), "{}", dc.url);
 
     let out = dc.kubectl.ok(&["get", "namespace", "default", "-o", "name"]).await;
     assert_eq!(out.trim(), "namespace/default");

@@ -40,7 +40,7 @@ async fn malformed_json_body_is_a_400_bad_request_status() {
     let tc = TestCluster::start();
     let body = br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"#.to_vec();
     let response = raw_http::request(
-        &tc.url(),
+        &tc.endpoint(),
         "POST",
         "/api/v1/namespaces/default/configmaps",
         Some("application/json"),
@@ -58,7 +58,7 @@ async fn unknown_resource_paths_are_404_not_found_statuses() {
         "/apis/nope.example.com/v1/things",
         "/apis/e2e.capstan.dev/v1/namespaces/default/widgets",
     ] {
-        let response = raw_http::request(&tc.url(), "GET", path, None, Vec::new()).await;
+        let response = raw_http::request(&tc.endpoint(), "GET", path, None, Vec::new()).await;
         assert_status(&response, 404, "NotFound");
     }
 }
@@ -132,7 +132,7 @@ async fn request_bodies_over_3_mib_are_413() {
     }))
     .expect("JSON");
     let response = raw_http::request(
-        &tc.url(),
+        &tc.endpoint(),
         "POST",
         "/api/v1/namespaces/default/configmaps",
         Some("application/json"),
@@ -191,7 +191,7 @@ async fn apply_patch_without_field_manager_is_422() {
     let tc = TestCluster::start();
     let body = br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x"}}"#.to_vec();
     let response = raw_http::request(
-        &tc.url(),
+        &tc.endpoint(),
         "PATCH",
         "/api/v1/namespaces/default/configmaps/x",
         Some("application/apply-patch+yaml"),

@@ -1,6 +1,7 @@
 //! Test-harness hooks (spec §21), reachable over HTTP under `/_devcluster/` and as methods on the Rust handle:
-//! request log, fault injection (429/5xx/409 with Retry-After), latency, compaction, dropping watches and
-//! pausing event delivery. Admin requests themselves are neither logged nor subject to faults.
+//! request log (with each request's user, groups and impersonated identity), fault injection (429/5xx/409
+//! with Retry-After), latency, compaction, dropping watches and pausing event delivery. Admin requests
+//! themselves are neither logged nor subject to faults, and need a `system:masters` user.
 //!
 //! HTTP surface:
 //! - `GET /_devcluster/requests` (JSON array), `DELETE /_devcluster/requests`
@@ -52,7 +53,7 @@ impl Default for Fault {
 }
 
 /// One logged request.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RequestRecord {
     pub method: String,
@@ -62,6 +63,16 @@ pub struct RequestRecord {
     pub content_type: String,
     pub user_agent: String,
     pub status: u16,
+    /// The authenticated user (empty if authentication failed).
+    #[serde(default)]
+    pub user: String,
+    #[serde(default)]
+    pub groups: Vec<String>,
+    /// Who the request acted as, when it carried impersonation headers that were allowed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub impersonated_user: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub impersonated_groups: Vec<String>,
 }
 
 const LOG_LIMIT: usize = 200_000;

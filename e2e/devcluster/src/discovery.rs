@@ -43,6 +43,11 @@ pub fn api_group(reg: &Registry, group: &str) -> Option<Value> {
     Some(v)
 }
 
+/// core/v1 ServiceAccounts, which have the `token` subresource (the TokenRequest API).
+fn is_service_accounts(ri: &ResourceInfo) -> bool {
+    ri.group.is_empty() && ri.plural == "serviceaccounts"
+}
+
 fn legacy_resources(ri: &ResourceInfo) -> Vec<Value> {
     let mut main = json!({"name": ri.plural, "singularName": ri.singular, "namespaced": ri.namespaced,
         "kind": ri.kind, "verbs": ri.verbs()});
@@ -64,6 +69,12 @@ fn legacy_resources(ri: &ResourceInfo) -> Vec<Value> {
         out.push(
             json!({"name": format!("{}/scale", ri.plural), "singularName": "", "namespaced": ri.namespaced,
             "group": "autoscaling", "version": "v1", "kind": "Scale", "verbs": sub_verbs}),
+        );
+    }
+    if is_service_accounts(ri) {
+        out.push(
+            json!({"name": "serviceaccounts/token", "singularName": "", "namespaced": true,
+            "group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest", "verbs": ["create"]}),
         );
     }
     if ri.key.as_ref() == crate::store::NAMESPACES {
@@ -109,6 +120,12 @@ fn aggregated_resource(ri: &ResourceInfo) -> Value {
         subs.push(
             json!({"subresource": "scale", "responseKind": {"group": "autoscaling", "version": "v1", "kind": "Scale"},
             "verbs": ["get", "patch", "update"]}),
+        );
+    }
+    if is_service_accounts(ri) {
+        subs.push(
+            json!({"subresource": "token", "responseKind": {"group": "authentication.k8s.io", "version": "v1",
+            "kind": "TokenRequest"}, "verbs": ["create"]}),
         );
     }
     if !subs.is_empty() {

@@ -212,17 +212,13 @@ impl ApiError {
 
     /// The `Status` object (spec §6.3).
     pub fn to_status(&self) -> Value {
+        // `StatusDetails` fields are `omitempty`, but a details object that was set stays (`"details":{}`).
         let mut details = Map::new();
-        if let Some(n) = &self.name {
-            details.insert("name".into(), json!(n));
-        }
-        if let Some(g) = &self.group {
-            if !g.is_empty() {
-                details.insert("group".into(), json!(g));
+        let has_details = self.name.is_some() || self.group.is_some() || self.kind.is_some();
+        for (key, v) in [("name", &self.name), ("group", &self.group), ("kind", &self.kind)] {
+            if let Some(v) = v.as_deref().filter(|v| !v.is_empty()) {
+                details.insert(key.into(), json!(v));
             }
-        }
-        if let Some(k) = &self.kind {
-            details.insert("kind".into(), json!(k));
         }
         if !self.causes.is_empty() {
             details.insert(
@@ -247,7 +243,7 @@ impl ApiError {
             "reason": self.reason,
             "code": self.code,
         });
-        if !details.is_empty() {
+        if has_details || !details.is_empty() {
             status["details"] = Value::Object(details);
         }
         status

@@ -3,13 +3,19 @@
 //!
 //! [`start`] runs the server on its own OS thread with its own multi-thread tokio runtime, so it works from a
 //! plain `#[test]` as well as from inside any async runtime. The returned [`DevCluster`] handle exposes the
-//! URL, a kubeconfig, and the test-harness hooks of spec §21; dropping it shuts the server down.
+//! URL, the CA, an admin kubeconfig, ServiceAccount tokens and client certificates, and the test-harness
+//! hooks of spec §21; dropping it shuts the server down.
+//!
+//! Like a real cluster it serves HTTPS with a CA of its own and enforces authentication and RBAC
+//! ([`auth`]); [`Config::insecure_http`] switches the transport to plain HTTP (authentication and RBAC
+//! stay).
 
 // `ApiError` is a full Status (message, details, causes); errors are the cold path and every module returns
 // `ApiResult`, so boxing it would only add noise.
 #![allow(clippy::result_large_err)]
 
 pub mod admin;
+pub mod auth;
 pub mod controllers;
 pub mod crdschema;
 pub mod defaults;
@@ -30,11 +36,14 @@ pub mod table;
 pub mod validation;
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::Context;
+use base64::Engine;
+use serde_json::Value;
 
 pub use admin::{Fault, RequestRecord};
 
@@ -51,6 +60,14 @@ pub struct Config {
     pub bookmark_interval: Duration,
     /// Retained watch events (default 10000).
     pub history_limit: usize,
+    /// Serve plain HTTP instead of HTTPS (authentication and RBAC still apply).
+    pub insecure_http: bool,
+    /// Keep the CA, serving certificate, token signing key and admin token here (created on first use,
+    /// reused after), so kubeconfigs and ServiceAccount tokens survive a restart.
+    pub tls_cert_dir: Option<PathBuf>,
+    /// Serve requests without credentials as `system:anonymous` (kube-apiserver's default); when false
+    /// they get 401.
+    pub anonymous_auth: bool,
 }
 
 impl Default for Config {
@@ -60,6 +77,9 @@ impl Default for Config {
             minor_version: "32".into(),
             bookmark_interval: Duration::from_secs(60),
             history_limit: 10_000,
+            insecure_http: false,
+            tls_cert_dir: None,
+            anonymous_auth: true,
         }
     }
 }
@@ -77,22 +97,32 @@ pub fn start(config: Config) -> anyhow::Result<DevCluster> {
     let listener = std::net::TcpListener::bind(config.listen).with_context(|| format!("binding {}", config.listen))?;
     listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;
-    let shared = Arc::new(Shared::new(
+    let pki = auth::pki::Pki::load_or_create(config.tls_cert_dir.as_deref(), &config.listen.ip().to_string())
+        .context("preparing the CA and certificates")?;
+    let tls = if config.insecure_http {
+        None
+    } else {
+        Some(pki.server_config()?)
+    };
+    let shared = Arc::new(Shared::with_pki(
         addr,
         config.minor_version,
         config.bookmark_interval,
         config.history_limit,
-    ));
+        pki,
+        config.anonymous_auth,
+    )?);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<anyhow::Result<()>>();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let sh = shared.clone();
     let thread = std::thread::Builder::new()
         .name("devcluster".into())
-        .spawn(move || run_server(sh, listener, ready_tx, stop_rx))
+        .spawn(move || run_server(sh, listener, tls, ready_tx, stop_rx))
         .context("spawning the devcluster thread")?;
     ready_rx.recv().context("devcluster thread exited during startup")??;
+    let scheme = if config.insecure_http { "http" } else { "https" };
     Ok(DevCluster {
-        url: format!("http://{addr}"),
+        url: format!("{scheme}://{addr}"),
         shared,
         stop: Some(stop_tx),
         thread: Some(thread),
@@ -102,6 +132,7 @@ pub fn start(config: Config) -> anyhow::Result<DevCluster> {
 fn run_server(
     sh: Arc<Shared>,
     listener: std::net::TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
     ready: std::sync::mpsc::Sender<anyhow::Result<()>>,
     stop: tokio::sync::oneshot::Receiver<()>,
 ) {
@@ -118,13 +149,14 @@ fn run_server(
         }
     };
     rt.block_on(async move {
-        let listener = match tokio::net::TcpListener::from_std(listener) {
-            Ok(l) => l,
-            Err(e) => {
-                let _ = ready.send(Err(e.into()));
-                return;
-            }
-        };
+        let listener =
+            match tokio::net::TcpListener::from_std(listener).and_then(|l| server::listener::incoming(l, tls)) {
+                Ok(l) => l,
+                Err(e) => {
+                    let _ = ready.send(Err(e.into()));
+                    return;
+                }
+            };
         controllers::start(&sh);
         let app = axum::Router::new().fallback(server::handle).with_state(sh.clone());
         let (fired_tx, fired_rx) = tokio::sync::oneshot::channel::<()>();
@@ -134,10 +166,7 @@ fn run_server(
             sh2.signals.shutdown.send_replace(true);
             let _ = fired_tx.send(());
         };
-        // Small writes (watch events) must not wait for Nagle.
-        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
-            let _ = tcp.set_nodelay(true);
-        });
+        let app = app.into_make_service_with_connect_info::<server::listener::Peer>();
         let serve = axum::serve(listener, app).with_graceful_shutdown(signal);
         let _ = ready.send(Ok(()));
         tokio::select! {
@@ -156,18 +185,69 @@ fn run_server(
 }
 
 impl DevCluster {
-    /// `http://127.0.0.1:PORT`.
+    /// `https://127.0.0.1:PORT` (`http://` with [`Config::insecure_http`]).
     pub fn url(&self) -> String {
         self.url.clone()
     }
 
-    /// A kubeconfig for this server: plain http, dummy token, namespace `default` (spec §21).
+    /// The cluster CA certificate (PEM): what clients must trust.
+    pub fn ca_pem(&self) -> String {
+        self.shared.auth.pki.ca_pem().to_string()
+    }
+
+    /// The bearer token of the `admin` user (groups `system:masters`, `system:authenticated`).
+    pub fn admin_token(&self) -> String {
+        self.shared.auth.admin_token().to_string()
+    }
+
+    /// The admin kubeconfig: this URL, the CA, the admin token, namespace `default` (spec §21).
     pub fn kubeconfig_yaml(&self) -> String {
-        kubeconfig_yaml(&self.url)
+        self.kubeconfig_for_token("admin", &self.admin_token())
     }
 
     pub fn write_kubeconfig(&self, path: &std::path::Path) -> std::io::Result<()> {
         std::fs::write(path, self.kubeconfig_yaml())
+    }
+
+    /// A kubeconfig for this cluster whose user `user_name` authenticates with `token`.
+    pub fn kubeconfig_for_token(&self, user_name: &str, token: &str) -> String {
+        kubeconfig_yaml(&self.url, &self.ca_pem(), user_name, &Credential::Token(token))
+    }
+
+    /// A kubeconfig whose user authenticates with a client certificate for `user` in `groups`.
+    pub fn kubeconfig_for_client_cert(&self, user: &str, groups: &[&str]) -> anyhow::Result<String> {
+        let (cert, key) = self.client_cert(user, groups)?;
+        Ok(kubeconfig_yaml(
+            &self.url,
+            &self.ca_pem(),
+            user,
+            &Credential::ClientCert { cert: &cert, key: &key },
+        ))
+    }
+
+    /// A client certificate and key (PEM) signed by the cluster CA: CN `user`, one O per group.
+    pub fn client_cert(&self, user: &str, groups: &[&str]) -> anyhow::Result<(String, String)> {
+        let groups: Vec<String> = groups.iter().map(|g| g.to_string()).collect();
+        self.shared.auth.pki.issue_client_cert(user, &groups)
+    }
+
+    /// A token for ServiceAccount `namespace/name` from the TokenRequest API (the same code path as
+    /// `kubectl create token`), valid for `expiration_seconds` (at least 600).
+    pub fn create_token(&self, namespace: &str, name: &str, expiration_seconds: i64) -> anyhow::Result<String> {
+        let req = serde_json::json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+            "spec": {"expirationSeconds": expiration_seconds}});
+        let out =
+            auth::tokens::token_request(&self.shared, namespace, name, req).map_err(|e| anyhow::anyhow!("{e}"))?;
+        out.pointer("/status/token")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .context("the TokenRequest answer has no token")
+    }
+
+    /// Sign arbitrary token claims with the cluster's ServiceAccount key, for negative tests (expired
+    /// tokens, foreign audiences) that the TokenRequest API refuses to mint.
+    pub fn sign_token(&self, claims: &Value) -> String {
+        self.shared.auth.signer.sign(claims)
     }
 
     /// Drop the watch history: open watches get ERROR 410 and close; later watches from old RVs get the
@@ -225,26 +305,52 @@ impl Drop for DevCluster {
     }
 }
 
-/// The kubeconfig text for a server URL.
-pub fn kubeconfig_yaml(url: &str) -> String {
+/// How a kubeconfig user authenticates.
+pub enum Credential<'a> {
+    Token(&'a str),
+    /// PEM certificate and key.
+    ClientCert {
+        cert: &'a str,
+        key: &'a str,
+    },
+}
+
+/// A kubeconfig for `url` trusting `ca_pem` (ignored for `http://` URLs), with one user and namespace
+/// `default`.
+pub fn kubeconfig_yaml(url: &str, ca_pem: &str, user_name: &str, cred: &Credential<'_>) -> String {
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let ca = if url.starts_with("https://") {
+        format!("\n    certificate-authority-data: {}", b64(ca_pem))
+    } else {
+        String::new()
+    };
+    let user = match cred {
+        Credential::Token(t) => format!("    token: {t}"),
+        Credential::ClientCert { cert, key } => format!(
+            "    client-certificate-data: {}\n    client-key-data: {}",
+            b64(cert),
+            b64(key)
+        ),
+    };
+    let user_name = serde_json::to_string(user_name).unwrap_or_default();
     format!(
         "apiVersion: v1
 kind: Config
 clusters:
 - name: devcluster
   cluster:
-    server: {url}
+    server: {url}{ca}
 contexts:
 - name: devcluster
   context:
     cluster: devcluster
-    user: devcluster
+    user: {user_name}
     namespace: default
 current-context: devcluster
 users:
-- name: devcluster
+- name: {user_name}
   user:
-    token: devcluster-dummy-token
+{user}
 "
     )
 }
@@ -254,11 +360,16 @@ mod tests {
     use super::*;
     use std::io::{Read, Write};
 
-    fn http(url: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    fn http(url: &str, token: &str, method: &str, path: &str, body: &str) -> (u16, String) {
         let addr = url.trim_start_matches("http://");
         let mut s = std::net::TcpStream::connect(addr).unwrap();
+        let auth = if token.is_empty() {
+            String::new()
+        } else {
+            format!("Authorization: Bearer {token}\r\n")
+        };
         let req = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
             body.len()
         );
         s.write_all(req.as_bytes()).unwrap();
@@ -270,31 +381,47 @@ mod tests {
 
     #[test]
     fn start_serve_hooks_and_shutdown() {
-        let dc = start(Config::default()).unwrap();
+        let dc = start(Config {
+            insecure_http: true,
+            ..Config::default()
+        })
+        .unwrap();
         let url = dc.url();
-        let (code, body) = http(&url, "GET", "/version", "");
-        assert_eq!(code, 200);
+        assert!(url.starts_with("http://"), "{url}");
+        let token = dc.admin_token();
+        let (code, body) = http(&url, "", "GET", "/version", "");
+        assert_eq!(code, 200, "/version is public");
         assert!(body.contains("\"minor\":\"32\""));
         let (code, _) = http(
             &url,
+            &token,
             "POST",
             "/api/v1/namespaces/default/configmaps",
             r#"{"metadata":{"name":"a"}}"#,
         );
         assert_eq!(code, 201);
+        let (code, _) = http(&url, "", "GET", "/api/v1/namespaces/default/configmaps/a", "");
+        assert_eq!(code, 403, "anonymous users may not read");
+        let (code, _) = http(&url, "wrong", "GET", "/api/v1/namespaces/default/configmaps/a", "");
+        assert_eq!(code, 401);
         dc.inject_faults(Fault {
             status: 429,
             count: 1,
             ..Default::default()
         });
-        let (code, body) = http(&url, "GET", "/api/v1/namespaces/default/configmaps/a", "");
+        let (code, body) = http(&url, &token, "GET", "/api/v1/namespaces/default/configmaps/a", "");
         assert_eq!(code, 429);
         assert!(body.to_ascii_lowercase().contains("retry-after: 1"));
-        let (code, _) = http(&url, "GET", "/api/v1/namespaces/default/configmaps/a", "");
+        let (code, _) = http(&url, &token, "GET", "/api/v1/namespaces/default/configmaps/a", "");
         assert_eq!(code, 200);
+        let (code, _) = http(&url, "", "GET", "/_devcluster/requests", "");
+        assert_eq!(code, 403, "the test hooks need system:masters");
         let log = dc.request_log();
-        assert_eq!(log.len(), 4);
-        assert_eq!(log[2].status, 429);
+        assert_eq!(log.len(), 6);
+        assert_eq!((log[1].user.as_str(), log[1].status), ("admin", 201));
+        assert_eq!(log[2].user, "system:anonymous");
+        assert_eq!((log[3].user.as_str(), log[3].status), ("", 401));
+        assert_eq!(log[4].status, 429);
         dc.clear_request_log();
         assert!(dc.request_log().is_empty());
         assert!(dc.kubeconfig_yaml().contains(&url));

@@ -1,4 +1,5 @@
-//! `devcluster` binary: serve the control plane until SIGTERM/SIGINT (DESIGN.md §3).
+//! `devcluster` binary: serve the control plane until SIGTERM/SIGINT (DESIGN.md §3). HTTPS with a generated
+//! CA by default; the kubeconfig written by `--kubeconfig-out` carries the CA and the admin token.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -29,6 +30,16 @@ struct Args {
     /// Number of watch events kept for resuming watches.
     #[arg(long, default_value_t = 10_000)]
     history_limit: usize,
+    /// Serve plain HTTP instead of HTTPS (authentication and RBAC still apply).
+    #[arg(long)]
+    insecure_http: bool,
+    /// Keep the CA, serving certificate, ServiceAccount token signing key and admin token in this directory
+    /// (created on first use, reused after), so kubeconfigs and tokens survive a restart.
+    #[arg(long)]
+    tls_cert_dir: Option<PathBuf>,
+    /// Serve requests without credentials as system:anonymous (as kube-apiserver does); false: 401.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    anonymous_auth: bool,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -57,6 +68,9 @@ fn main() -> anyhow::Result<()> {
         minor_version: args.minor,
         bookmark_interval: args.bookmark_interval,
         history_limit: args.history_limit,
+        insecure_http: args.insecure_http,
+        tls_cert_dir: args.tls_cert_dir,
+        anonymous_auth: args.anonymous_auth,
     };
     let cluster = devcluster::start(config)?;
     if let Some(path) = &args.kubeconfig_out {

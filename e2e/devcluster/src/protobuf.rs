@@ -641,6 +641,7 @@ fn schema_for(api_version: &str, kind: &str) -> Option<&'static [F]> {
         ("rbac.authorization.k8s.io/v1", "RoleBinding" | "ClusterRoleBinding") => ROLE_BINDING,
         ("authorization.k8s.io/v1", "SelfSubjectAccessReview") => SELF_SUBJECT_ACCESS_REVIEW,
         ("authorization.k8s.io/v1", "SelfSubjectRulesReview") => SELF_SUBJECT_RULES_REVIEW,
+        ("authentication.k8s.io/v1", "SelfSubjectReview") => &[METADATA],
         ("authentication.k8s.io/v1", "TokenRequest") => TOKEN_REQUEST,
         _ => return None,
     })

@@ -45,7 +45,7 @@ pub struct ResourceInfo {
     pub scale: Option<ScaleSpec>,
     /// Whether `metadata.generation` is maintained (spec §5.6).
     pub generation: bool,
-    /// Only `create` is served (selfsubjectaccessreviews).
+    /// Only `create` is served (the review resources of authorization.k8s.io and authentication.k8s.io).
     pub create_only: bool,
     pub custom: Option<CustomInfo>,
     pub key: ResKey,
@@ -102,6 +102,7 @@ struct Row {
     status: bool,
     scale: bool,
     generation: bool,
+    create_only: bool,
 }
 
 const fn row(gv: &'static str, plural: &'static str, kind: &'static str, namespaced: bool) -> Row {
@@ -115,6 +116,7 @@ const fn row(gv: &'static str, plural: &'static str, kind: &'static str, namespa
         status: false,
         scale: false,
         generation: false,
+        create_only: false,
     }
 }
 
@@ -137,6 +139,11 @@ impl Row {
     }
     const fn generation(mut self) -> Self {
         self.generation = true;
+        self
+    }
+    /// A review resource: only `create`, nothing stored.
+    const fn create_only(mut self) -> Self {
+        self.create_only = true;
         self
     }
 }
@@ -189,7 +196,37 @@ const BUILTINS: &[Row] = &[
         "selfsubjectaccessreviews",
         "SelfSubjectAccessReview",
         CL,
-    ),
+    )
+    .create_only(),
+    row(
+        "authorization.k8s.io/v1",
+        "selfsubjectrulesreviews",
+        "SelfSubjectRulesReview",
+        CL,
+    )
+    .create_only(),
+    row(
+        "authorization.k8s.io/v1",
+        "subjectaccessreviews",
+        "SubjectAccessReview",
+        CL,
+    )
+    .create_only(),
+    row(
+        "authorization.k8s.io/v1",
+        "localsubjectaccessreviews",
+        "LocalSubjectAccessReview",
+        NS,
+    )
+    .create_only(),
+    row(
+        "authentication.k8s.io/v1",
+        "selfsubjectreviews",
+        "SelfSubjectReview",
+        CL,
+    )
+    .create_only(),
+    row("authentication.k8s.io/v1", "tokenreviews", "TokenReview", CL).create_only(),
     row(
         "autoscaling/v2",
         "horizontalpodautoscalers",
@@ -259,7 +296,7 @@ fn builtin(r: &Row) -> ResourceInfo {
             label_selector: Some(".status.selector".into()),
         }),
         generation: r.generation,
-        create_only: r.plural == "selfsubjectaccessreviews",
+        create_only: r.create_only,
         custom: None,
         key: builtin_key(group, r.plural),
     }

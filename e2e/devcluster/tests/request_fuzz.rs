@@ -535,7 +535,12 @@ fn request(i: &Input) -> Option<Request<Body>> {
     b.body(Body::from(i.body.clone())).ok()
 }
 
-async fn send(sh: &Arc<Shared>, req: Request<Body>) -> Response<Body> {
+/// Every request runs as the cluster admin, so the fuzzing reaches the handlers rather than RBAC.
+async fn send(sh: &Arc<Shared>, mut req: Request<Body>) -> Response<Body> {
+    let bearer = format!("Bearer {}", sh.auth.admin_token());
+    if let Ok(v) = header::HeaderValue::from_str(&bearer) {
+        req.headers_mut().insert(header::AUTHORIZATION, v);
+    }
     handle(State(sh.clone()), req).await
 }
 

@@ -1,10 +1,13 @@
 //! Built-in controllers that run inside devcluster (spec §19): garbage collection, namespace lifecycle, CRD
-//! establishment/cleanup and workload simulation. Each is a tokio task fed by its own lossless event
+//! establishment/cleanup, workload simulation, ClusterRole aggregation and the ServiceAccount token
+//! controller. Each is a tokio task fed by its own lossless event
 //! subscription from the store, and writes through the same verb functions clients use.
 
+pub mod aggregation;
 pub mod crd;
 pub mod gc;
 pub mod namespace;
+pub mod tokens;
 pub mod workloads;
 
 use std::sync::Arc;
@@ -25,7 +28,10 @@ pub fn start(sh: &Arc<Shared>) {
     tokio::spawn(namespace::run(sh.clone(), sh.store.subscribe_controller()));
     tokio::spawn(crd::run(sh.clone(), sh.store.subscribe_controller()));
     tokio::spawn(workloads::run(sh.clone(), sh.store.subscribe_controller()));
+    tokio::spawn(aggregation::run(sh.clone(), sh.store.subscribe_controller()));
+    tokio::spawn(tokens::run(sh.clone(), sh.store.subscribe_controller()));
     bootstrap(sh);
+    crate::auth::bootstrap::create_defaults(sh);
 }
 
 fn bootstrap(sh: &Shared) {

@@ -1,9 +1,11 @@
-//! The HTTP front end: one fallback handler that logs the request, applies admin-injected latency and faults,
-//! parses the URL itself (spec §6.1), negotiates the response form (§1.3) and calls the verb functions of
-//! [`ops`], [`list`] and [`watch`]. Every failure becomes a `Status` body (§6.3); nothing here panics on client
-//! input.
+//! The HTTP front end: one fallback handler that authenticates and authorizes the request ([`crate::auth`]),
+//! logs it with its user, applies admin-injected latency and faults, parses the URL itself (spec §6.1),
+//! negotiates the response form (§1.3) and calls the verb functions of [`ops`], [`list`] and [`watch`].
+//! Every failure becomes a `Status` body (§6.3); nothing here panics on client input. Connections are
+//! accepted by [`listener`] (TLS or plain).
 
 pub mod list;
+pub mod listener;
 pub mod negotiate;
 pub mod ops;
 pub mod query;
@@ -21,6 +23,7 @@ use serde_json::{json, Value};
 use tokio::sync::watch as signal;
 
 use crate::admin::{self, AdminState, RequestRecord};
+use crate::auth::{self, AuthState, Identity};
 use crate::error::{ApiError, ApiResult};
 use crate::registry::{Registry, ResourceInfo};
 use crate::store::Store;
@@ -68,16 +71,40 @@ pub struct Shared {
     pub admin: AdminState,
     pub pages: Mutex<list::PageCache>,
     pub openapi: Mutex<Option<Arc<openapi::Cache>>>,
+    pub auth: AuthState,
 }
 
 impl Shared {
+    /// Shared state with freshly generated keys and anonymous requests allowed (in-process tests).
     pub fn new(addr: SocketAddr, minor: String, bookmark_interval: Duration, history_limit: usize) -> Self {
+        let pki = auth::pki::Pki::load_or_create(None, &addr.ip().to_string()).expect("generating keys in memory");
+        Self::with_pki(addr, minor, bookmark_interval, history_limit, pki, true).expect("keys generated just now load")
+    }
+
+    /// Shared state using `pki`; `anonymous` says whether requests without credentials are served as
+    /// `system:anonymous`.
+    pub fn with_pki(
+        addr: SocketAddr,
+        minor: String,
+        bookmark_interval: Duration,
+        history_limit: usize,
+        pki: auth::pki::Pki,
+        anonymous: bool,
+    ) -> anyhow::Result<Self> {
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_micros() as u64)
             .unwrap_or(1);
-        Shared {
-            store: Store::new(seed, history_limit),
+        let store = Store::new(seed, history_limit);
+        let auth = AuthState {
+            signer: auth::jwt::Signer::new(&pki.sa_key_der)?,
+            authorizer: auth::rbac::Authorizer::new(store.subscribe_controller()),
+            pki,
+            anonymous,
+        };
+        Ok(Shared {
+            store,
+            auth,
             registry: RwLock::new(Registry::new()),
             minor,
             bookmark_interval,
@@ -86,7 +113,7 @@ impl Shared {
             admin: AdminState::default(),
             pages: Mutex::new(list::PageCache::default()),
             openapi: Mutex::new(None),
-        }
+        })
     }
 }
 
@@ -98,6 +125,8 @@ pub struct Ctx {
     pub accept: String,
     pub content_type: String,
     pub user_agent: String,
+    /// Who the request runs as.
+    pub identity: Identity,
 }
 
 fn header_str(h: &HeaderMap, name: header::HeaderName) -> String {
@@ -109,16 +138,47 @@ pub async fn handle(State(sh): State<Arc<Shared>>, req: Request<Body>) -> Respon
     let (parts, body) = req.into_parts();
     let path = parts.uri.path().to_string();
     let raw_query = parts.uri.query().unwrap_or("").to_string();
-    if path == "/_devcluster" || path.starts_with("/_devcluster/") {
-        return admin::handle(&sh, &parts.method, &path, &raw_query, body).await;
-    }
+    let query = Query::parse(&raw_query);
+    // In-process callers (tests driving `handle` directly) have no connection and so no certificate.
+    let cert_user = parts
+        .extensions
+        .get::<axum::extract::ConnectInfo<listener::Peer>>()
+        .and_then(|c| c.0.cert_user.clone());
+    let attrs = auth::request_info::request_attributes(parts.method.as_str(), &path, &query);
+    let checked = auth::check(&sh, &parts.headers, cert_user.as_deref(), &attrs);
+    let admin_path = path == "/_devcluster" || path.starts_with("/_devcluster/");
+    let identity = match checked {
+        // The test hooks can change and reveal anything: cluster admins only. They are not logged.
+        Ok(id) if admin_path => {
+            if !id.user.is_master() {
+                return error_response(&auth::forbidden(&id.user.name, &attrs, ""));
+            }
+            return admin::handle(&sh, &parts.method, &path, &raw_query, body).await;
+        }
+        Ok(id) => id,
+        Err((id, e)) => {
+            let resp = error_response(&e);
+            if !admin_path {
+                sh.admin.record(record_of(
+                    &parts.method,
+                    &path,
+                    raw_query,
+                    &parts.headers,
+                    id.as_ref(),
+                    &resp,
+                ));
+            }
+            return resp;
+        }
+    };
     let ctx = Ctx {
         method: parts.method.clone(),
         path,
-        query: Query::parse(&raw_query),
+        query,
         accept: header_str(&parts.headers, header::ACCEPT),
         content_type: header_str(&parts.headers, header::CONTENT_TYPE),
         user_agent: header_str(&parts.headers, header::USER_AGENT),
+        identity,
     };
     let latency = sh.admin.latency();
     if !latency.is_zero() {
@@ -128,16 +188,43 @@ pub async fn handle(State(sh): State<Arc<Shared>>, req: Request<Body>) -> Respon
         Some(f) => admin::fault_response(&f),
         None => dispatch(&sh, &ctx, body).await.unwrap_or_else(|e| error_response(&e)),
     };
-    sh.admin.record(RequestRecord {
-        method: ctx.method.to_string(),
-        path: ctx.path.clone(),
-        query: raw_query,
-        accept: ctx.accept.clone(),
-        content_type: ctx.content_type.clone(),
-        user_agent: ctx.user_agent.clone(),
-        status: resp.status().as_u16(),
-    });
+    sh.admin.record(record_of(
+        &ctx.method,
+        &ctx.path,
+        raw_query,
+        &parts.headers,
+        Some(&ctx.identity),
+        &resp,
+    ));
     resp
+}
+
+/// The request log entry of one answered request.
+fn record_of(
+    method: &Method,
+    path: &str,
+    query: String,
+    headers: &HeaderMap,
+    id: Option<&Identity>,
+    resp: &Response<Body>,
+) -> RequestRecord {
+    let (user, groups) = id.map_or((String::new(), Vec::new()), |i| {
+        (i.authenticated.name.clone(), i.authenticated.groups.clone())
+    });
+    let imp = id.filter(|i| i.impersonating);
+    RequestRecord {
+        method: method.to_string(),
+        path: path.to_string(),
+        query,
+        accept: header_str(headers, header::ACCEPT),
+        content_type: header_str(headers, header::CONTENT_TYPE),
+        user_agent: header_str(headers, header::USER_AGENT),
+        status: resp.status().as_u16(),
+        user,
+        groups,
+        impersonated_user: imp.map(|i| i.user.name.clone()),
+        impersonated_groups: imp.map(|i| i.user.groups.clone()).unwrap_or_default(),
+    }
 }
 
 // ------------------------------------------------------------------------------------------------------------
@@ -234,6 +321,18 @@ async fn dispatch(sh: &Arc<Shared>, ctx: &Ctx, body: Body) -> ApiResult<Response
             only_get(ctx)?;
             Ok(json_response(200, &openapi::cache(sh).index))
         }
+        ["api", "v1", "namespaces", ns, "serviceaccounts", name, "token"] => {
+            if ctx.method != Method::POST {
+                return Err(ApiError::method_not_allowed(format!(
+                    "the server does not allow this method on the requested resource ({})",
+                    ctx.method
+                )));
+            }
+            let raw = read_body(body).await?;
+            let (obj, _) = ops::decode_body(&ctx.content_type, &raw)?;
+            let out = auth::tokens::token_request(sh, ns, name, obj)?;
+            Ok(json_response(201, &out))
+        }
         ["openapi", "v3", rest @ ..] => {
             only_get(ctx)?;
             let key = rest.join("/");
@@ -328,7 +427,7 @@ fn resolve(sh: &Shared, group: &str, version: &str, rest: &[&str]) -> ApiResult<
     })
 }
 
-fn write_opts(ctx: &Ctx) -> ApiResult<WriteOpts> {
+fn write_opts(sh: &Arc<Shared>, ctx: &Ctx, ri: &ResourceInfo, ns: Option<&str>) -> ApiResult<WriteOpts> {
     let dry_run = match ctx.query.get("dryRun") {
         None | Some("") => false,
         Some("All") => true,
@@ -353,6 +452,7 @@ fn write_opts(ctx: &Ctx) -> ApiResult<WriteOpts> {
         field_manager,
         validation: FieldValidation::parse(ctx.query.get("fieldValidation"))?,
         force: ctx.query.flag("force")?,
+        admit: auth::escalation::admit_hook(sh, &ctx.identity.user, &ri.plural, &ri.group, ns.unwrap_or("")),
     })
 }
 
@@ -446,10 +546,16 @@ async fn resource(
     let t = resolve(sh, group, version, rest)?;
     let ri = t.ri.clone();
     let ns = t.ns.as_deref();
-    if ri.create_only && !(ctx.method == Method::POST && t.name.is_none()) {
-        return Err(ApiError::method_not_allowed(
-            "only create is supported for this resource",
-        ));
+    if ri.create_only {
+        if !(ctx.method == Method::POST && t.name.is_none() && t.sub == Sub::Main) {
+            return Err(ApiError::method_not_allowed(
+                "only create is supported for this resource",
+            ));
+        }
+        let raw = read_body(body).await?;
+        let (obj, _) = ops::decode_body(&ctx.content_type, &raw)?;
+        let out = auth::reviews::create(sh, &ctx.identity, &ri, ns, obj)?;
+        return Ok(json_response(201, &out));
     }
     match (&ctx.method, t.name.as_deref()) {
         (&Method::GET, None) if t.sub == Sub::Main => {
@@ -476,21 +582,21 @@ async fn resource(
             }
             let raw = read_body(body).await?;
             let (obj, dups) = ops::decode_body(&ctx.content_type, &raw)?;
-            let opts = write_opts(ctx)?;
+            let opts = write_opts(sh, ctx, &ri, ns)?;
             let w = ops::create(sh, &ri, ns, obj, &dups, &opts)?;
             written_response(&ri, ctx, w)
         }
         (&Method::PUT, Some(name)) => {
             let raw = read_body(body).await?;
             let (obj, dups) = ops::decode_body(&ctx.content_type, &raw)?;
-            let opts = write_opts(ctx)?;
+            let opts = write_opts(sh, ctx, &ri, ns)?;
             let w = ops::update(sh, &ri, ns, name, t.sub, obj, &dups, &opts)?;
             written_response(&ri, ctx, w)
         }
         (&Method::PATCH, Some(name)) => {
             let pt = patch_type(&ctx.content_type)?;
             let raw = read_body(body).await?;
-            let opts = write_opts(ctx)?;
+            let opts = write_opts(sh, ctx, &ri, ns)?;
             let w = ops::patch(sh, &ri, ns, name, t.sub, pt, &raw, &opts)?;
             written_response(&ri, ctx, w)
         }

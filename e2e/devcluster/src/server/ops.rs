@@ -61,6 +61,17 @@ impl FieldValidation {
     }
 }
 
+/// A last check on a write, with the stored object (`None` for a create) and the object about to be
+/// committed; the HTTP layer uses it for RBAC escalation checks, which need the final object of a patch.
+#[derive(Clone)]
+pub struct Admit(pub Arc<dyn Fn(Option<&Value>, &Value) -> ApiResult<()> + Send + Sync>);
+
+impl std::fmt::Debug for Admit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Admit")
+    }
+}
+
 /// Options shared by all writes.
 #[derive(Debug, Clone)]
 pub struct WriteOpts {
@@ -71,6 +82,8 @@ pub struct WriteOpts {
     pub field_manager: Option<String>,
     pub validation: FieldValidation,
     pub force: bool,
+    /// Admission check run before the commit (never on no-op writes).
+    pub admit: Option<Admit>,
 }
 
 impl WriteOpts {
@@ -82,6 +95,14 @@ impl WriteOpts {
             field_manager: Some(manager.to_string()),
             validation: FieldValidation::Ignore,
             force: false,
+            admit: None,
+        }
+    }
+
+    fn admit(&self, old: Option<&Value>, new: &Value) -> ApiResult<()> {
+        match &self.admit {
+            Some(a) => (a.0)(old, new),
+            None => Ok(()),
         }
     }
 }
@@ -671,9 +692,6 @@ pub fn create(
     opts: &WriteOpts,
 ) -> ApiResult<Written> {
     check_type(ri, &mut obj, false)?;
-    if ri.create_only {
-        return Ok(review_response(obj));
-    }
     check_namespace(ri, &mut obj, ns)?;
     check_crd_not_terminating(sh, ri)?;
     let name = assign_name(ri, &mut obj)?;
@@ -691,6 +709,7 @@ pub fn create(
         schema.as_dyn(),
         &now_secs(),
     )?;
+    opts.admit(None, &obj)?;
     let object = commit_create(sh, ri, ns, &name, obj, opts.dry_run)?;
     Ok(Written {
         object,
@@ -722,17 +741,6 @@ fn commit_create(
             OpError::Api(e) => Err(e),
             OpError::Stale => Err(ApiError::conflict(&ri.plural, &ri.group, name)),
         },
-    }
-}
-
-/// SelfSubjectAccessReview: always allowed, never stored.
-fn review_response(mut obj: Value) -> Written {
-    obj["status"] = json!({"allowed": true, "reason": "devcluster allows everything"});
-    meta_mut(&mut obj).insert("creationTimestamp".into(), Value::Null);
-    Written {
-        object: obj,
-        created: true,
-        warnings: Vec::new(),
     }
 }
 
@@ -862,6 +870,7 @@ fn finish_write(
     if same_object(old, &new) {
         return Ok((**old).clone());
     }
+    opts.admit(Some(old), &new)?;
     let finished = is_deleting(&new) && finalizers(&new).is_empty() && r.res.as_ref() != crate::store::NAMESPACES;
     if opts.dry_run {
         return Ok(new);
@@ -1081,6 +1090,7 @@ pub fn apply(
                 prepare_new(ri, &mut obj);
                 default_object(ri, &mut obj);
                 validate_object(ri, &obj)?;
+                opts.admit(None, &obj)?;
                 // Lost a race with another creator: retry as an update.
                 commit_create(sh, ri, ns, name, obj, opts.dry_run).map_err(|e| {
                     if e.reason == "AlreadyExists" {
