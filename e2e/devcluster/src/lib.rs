@@ -60,7 +60,9 @@ pub struct Config {
     pub bookmark_interval: Duration,
     /// Retained watch events (default 10000).
     pub history_limit: usize,
-    /// Serve plain HTTP instead of HTTPS (authentication and RBAC still apply).
+    /// Serve plain HTTP instead of HTTPS. Credentials still authenticate and RBAC applies to them, but a
+    /// request without any is the superuser `system:unsecured`, as on kube-apiserver's former insecure
+    /// port (client-go sends no bearer token over plain HTTP).
     pub insecure_http: bool,
     /// Keep the CA, serving certificate, token signing key and admin token here (created on first use,
     /// reused after), so kubeconfigs and ServiceAccount tokens survive a restart.
@@ -104,13 +106,14 @@ pub fn start(config: Config) -> anyhow::Result<DevCluster> {
     } else {
         Some(pki.server_config()?)
     };
+    let no_credentials = no_credentials(&config);
     let shared = Arc::new(Shared::with_pki(
         addr,
         config.minor_version,
         config.bookmark_interval,
         config.history_limit,
         pki,
-        config.anonymous_auth,
+        no_credentials,
     )?);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<anyhow::Result<()>>();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -127,6 +130,16 @@ pub fn start(config: Config) -> anyhow::Result<DevCluster> {
         stop: Some(stop_tx),
         thread: Some(thread),
     })
+}
+
+fn no_credentials(config: &Config) -> auth::NoCredentials {
+    if config.insecure_http {
+        auth::NoCredentials::Superuser
+    } else if config.anonymous_auth {
+        auth::NoCredentials::Anonymous
+    } else {
+        auth::NoCredentials::Unauthorized
+    }
 }
 
 fn run_server(
@@ -401,7 +414,7 @@ mod tests {
         );
         assert_eq!(code, 201);
         let (code, _) = http(&url, "", "GET", "/api/v1/namespaces/default/configmaps/a", "");
-        assert_eq!(code, 403, "anonymous users may not read");
+        assert_eq!(code, 200, "without credentials the plain HTTP port is the superuser");
         let (code, _) = http(&url, "wrong", "GET", "/api/v1/namespaces/default/configmaps/a", "");
         assert_eq!(code, 401);
         dc.inject_faults(Fault {
@@ -415,11 +428,11 @@ mod tests {
         let (code, _) = http(&url, &token, "GET", "/api/v1/namespaces/default/configmaps/a", "");
         assert_eq!(code, 200);
         let (code, _) = http(&url, "", "GET", "/_devcluster/requests", "");
-        assert_eq!(code, 403, "the test hooks need system:masters");
+        assert_eq!(code, 200, "system:unsecured is in system:masters");
         let log = dc.request_log();
         assert_eq!(log.len(), 6);
         assert_eq!((log[1].user.as_str(), log[1].status), ("admin", 201));
-        assert_eq!(log[2].user, "system:anonymous");
+        assert_eq!(log[2].user, "system:unsecured");
         assert_eq!((log[3].user.as_str(), log[3].status), ("", 401));
         assert_eq!(log[4].status, 429);
         dc.clear_request_log();

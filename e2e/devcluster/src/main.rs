@@ -30,7 +30,8 @@ struct Args {
     /// Number of watch events kept for resuming watches.
     #[arg(long, default_value_t = 10_000)]
     history_limit: usize,
-    /// Serve plain HTTP instead of HTTPS (authentication and RBAC still apply).
+    /// Serve plain HTTP instead of HTTPS; requests without credentials are then the superuser
+    /// system:unsecured (client-go sends no token over plain HTTP); tokens still authenticate.
     #[arg(long)]
     insecure_http: bool,
     /// Keep the CA, serving certificate, ServiceAccount token signing key and admin token in this directory

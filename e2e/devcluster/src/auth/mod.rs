@@ -6,7 +6,10 @@
 //!    the TokenRequest API, legacy tokens from token Secrets), verified on every request including that the
 //!    ServiceAccount (and the object the token is bound to) still exists. A presented but invalid credential
 //!    is `401 Unauthorized`; no credential at all is the anonymous user `system:anonymous` in
-//!    `system:unauthenticated` (unless anonymous authentication is off, then it is a 401 too).
+//!    `system:unauthenticated` (unless anonymous authentication is off, then it is a 401 too). On the plain
+//!    HTTP port (`--insecure-http`) a request without credentials is `system:unsecured` in `system:masters`,
+//!    as on kube-apiserver's former insecure port: client-go never sends a bearer token over plain HTTP,
+//!    so kubectl could not authenticate there at all.
 //! 2. **Impersonation** (`Impersonate-User`, `-Group`, `-Uid`, `-Extra-*`): each requested identity needs
 //!    the `impersonate` verb on users/groups/serviceaccounts/uids/userextras; the request then runs as that
 //!    identity ([`authn::impersonate`]).
@@ -48,6 +51,8 @@ pub const SYSTEM_MASTERS: &str = "system:masters";
 pub const SYSTEM_AUTHENTICATED: &str = "system:authenticated";
 pub const SYSTEM_UNAUTHENTICATED: &str = "system:unauthenticated";
 pub const ANONYMOUS: &str = "system:anonymous";
+/// The user of credential-less requests on the plain HTTP port.
+pub const UNSECURED: &str = "system:unsecured";
 pub const SERVICE_ACCOUNTS_GROUP: &str = "system:serviceaccounts";
 /// The `extra` key kube-apiserver fills with an identifier of the credential used.
 pub const CREDENTIAL_ID: &str = "authentication.kubernetes.io/credential-id";
@@ -124,8 +129,19 @@ pub struct AuthState {
     pub pki: pki::Pki,
     pub signer: jwt::Signer,
     pub authorizer: rbac::Authorizer,
-    /// Whether requests without credentials are served as `system:anonymous` (kube's default) or get 401.
-    pub anonymous: bool,
+    /// Who a request without credentials is.
+    pub no_credentials: NoCredentials,
+}
+
+/// How requests without credentials are treated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoCredentials {
+    /// `system:anonymous` in `system:unauthenticated` (kube-apiserver's default `--anonymous-auth=true`).
+    Anonymous,
+    /// 401 (`--anonymous-auth=false`).
+    Unauthorized,
+    /// `system:unsecured` in `system:masters` (the plain HTTP port).
+    Superuser,
 }
 
 impl AuthState {

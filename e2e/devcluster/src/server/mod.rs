@@ -78,18 +78,25 @@ impl Shared {
     /// Shared state with freshly generated keys and anonymous requests allowed (in-process tests).
     pub fn new(addr: SocketAddr, minor: String, bookmark_interval: Duration, history_limit: usize) -> Self {
         let pki = auth::pki::Pki::load_or_create(None, &addr.ip().to_string()).expect("generating keys in memory");
-        Self::with_pki(addr, minor, bookmark_interval, history_limit, pki, true).expect("keys generated just now load")
+        Self::with_pki(
+            addr,
+            minor,
+            bookmark_interval,
+            history_limit,
+            pki,
+            auth::NoCredentials::Anonymous,
+        )
+        .expect("keys generated just now load")
     }
 
-    /// Shared state using `pki`; `anonymous` says whether requests without credentials are served as
-    /// `system:anonymous`.
+    /// Shared state using `pki`; `no_credentials` says who requests without credentials are.
     pub fn with_pki(
         addr: SocketAddr,
         minor: String,
         bookmark_interval: Duration,
         history_limit: usize,
         pki: auth::pki::Pki,
-        anonymous: bool,
+        no_credentials: auth::NoCredentials,
     ) -> anyhow::Result<Self> {
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -100,7 +107,7 @@ impl Shared {
             signer: auth::jwt::Signer::new(&pki.sa_key_der)?,
             authorizer: auth::rbac::Authorizer::new(store.subscribe_controller()),
             pki,
-            anonymous,
+            no_credentials,
         };
         Ok(Shared {
             store,
