@@ -6,6 +6,10 @@
 //! - a minimal HTTP/1.1 keep-alive client over 16 TCP connections that neither serializes typed objects
 //!   nor parses responses, so the difference between the two is client cost, not devcluster's.
 //!
+//! Both clients run twice: over HTTPS (the default) and over plain HTTP (`insecure_http`), each time as a
+//! ServiceAccount with the `edit` role in the bench namespace, so every request pays for token
+//! authentication and an RBAC decision as it would on a real cluster.
+//!
 //! Then the fan-out of 1,000 changes to 50 concurrent kube-rs watchers, with per-event delivery latency.
 //! Every scenario runs on a fresh devcluster, `CAPSTAN_BENCH_RUNS` times (default 3); the report gives the
 //! median and the min–max spread, plus CPU time per operation (whole process, and devcluster's own threads).
@@ -22,7 +26,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube::Client;
 use serde_json::json;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
 const OBJECTS: usize = 10_000;
@@ -219,10 +223,79 @@ fn applied_json(i: usize) -> serde_json::Value {
 // ------------------------------------------------------------------------------------------------
 // kube-rs
 
-async fn kube_client(dc: &devcluster::DevCluster) -> anyhow::Result<Client> {
-    let kubeconfig = kube::config::Kubeconfig::from_yaml(&dc.kubeconfig_yaml())?;
+async fn client_from(yaml: &str) -> anyhow::Result<Client> {
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(yaml)?;
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
     Ok(Client::try_from(config)?)
+}
+
+async fn kube_client(dc: &devcluster::DevCluster) -> anyhow::Result<Client> {
+    client_from(&dc.kubeconfig_yaml()).await
+}
+
+/// How the clients reach devcluster.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Transport {
+    Https,
+    Http,
+}
+
+impl Transport {
+    fn start(self) -> anyhow::Result<devcluster::DevCluster> {
+        devcluster::start(devcluster::Config {
+            insecure_http: self == Transport::Http,
+            ..Default::default()
+        })
+    }
+
+    fn kube(self) -> &'static str {
+        match self {
+            Transport::Https => "kube-rs, HTTPS",
+            Transport::Http => "kube-rs, HTTP",
+        }
+    }
+
+    fn raw(self) -> &'static str {
+        match self {
+            Transport::Https => "raw HTTP/1.1, HTTPS",
+            Transport::Http => "raw HTTP/1.1, HTTP",
+        }
+    }
+}
+
+/// Namespace `ns` with ServiceAccount `bench` bound to `edit` there; returns a token for it.
+async fn bench_account(dc: &devcluster::DevCluster, ns: &str) -> anyhow::Result<String> {
+    let admin = kube_client(dc).await?;
+    create_namespace(&admin, ns).await?;
+    let post = |kind: &str, body: serde_json::Value| {
+        let admin = admin.clone();
+        let kind = kind.to_string();
+        async move {
+            let (group, version, plural) = match kind.as_str() {
+                "ServiceAccount" => ("", "v1", "serviceaccounts"),
+                _ => ("rbac.authorization.k8s.io", "v1", "rolebindings"),
+            };
+            let gvk = kube::api::GroupVersionKind::gvk(group, version, &kind);
+            let ar = kube::api::ApiResource::from_gvk_with_plural(&gvk, plural);
+            let api: Api<kube::api::DynamicObject> = Api::namespaced_with(admin, ns, &ar);
+            api.create(&PostParams::default(), &serde_json::from_value(body)?)
+                .await?;
+            anyhow::Ok(())
+        }
+    };
+    post(
+        "ServiceAccount",
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "bench"}}),
+    )
+    .await?;
+    post(
+        "RoleBinding",
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "bench"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+            "subjects": [{"kind": "ServiceAccount", "name": "bench", "namespace": ns}]}),
+    )
+    .await?;
+    dc.create_token(ns, "bench", 3600)
 }
 
 async fn create_namespace(client: &Client, ns: &str) -> anyhow::Result<()> {
@@ -249,11 +322,11 @@ where
     Ok(())
 }
 
-async fn kube_suite(meter: &Meter, report: &mut Report) -> anyhow::Result<()> {
-    const C: &str = "kube-rs";
-    let dc = devcluster::start(devcluster::Config::default())?;
-    let client = kube_client(&dc).await?;
-    create_namespace(&client, "bench").await?;
+async fn kube_suite(meter: &Meter, report: &mut Report, transport: Transport) -> anyhow::Result<()> {
+    let c = transport.kube();
+    let dc = transport.start()?;
+    let token = bench_account(&dc, "bench").await?;
+    let client = client_from(&dc.kubeconfig_for_token("bench", &token)).await?;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "bench");
 
     let s = meter
@@ -264,7 +337,7 @@ async fn kube_suite(meter: &Meter, report: &mut Report) -> anyhow::Result<()> {
             })
         })
         .await?;
-    report.add("create (POST)", C, Target::Rate(TARGET_WRITES_PER_S), s);
+    report.add("create (POST)", c, Target::Rate(TARGET_WRITES_PER_S), s);
 
     let s = meter
         .measure(OBJECTS, || {
@@ -274,7 +347,7 @@ async fn kube_suite(meter: &Meter, report: &mut Report) -> anyhow::Result<()> {
             })
         })
         .await?;
-    report.add("get", C, Target::None, s);
+    report.add("get", c, Target::None, s);
 
     for name in [
         "server-side apply, changes data",
@@ -295,7 +368,7 @@ async fn kube_suite(meter: &Meter, report: &mut Report) -> anyhow::Result<()> {
                 })
             })
             .await?;
-        report.add(name, C, Target::None, s);
+        report.add(name, c, Target::None, s);
     }
 
     for _ in 0..LIST_CALLS {
@@ -306,7 +379,7 @@ async fn kube_suite(meter: &Meter, report: &mut Report) -> anyhow::Result<()> {
                 Ok(())
             })
             .await?;
-        report.add("list 10,000 (one request)", C, Target::Millis(TARGET_LIST_MS), s);
+        report.add("list 10,000 (one request)", c, Target::Millis(TARGET_LIST_MS), s);
         let s = meter
             .measure(1, || async {
                 let mut seen = 0;
@@ -323,7 +396,7 @@ async fn kube_suite(meter: &Meter, report: &mut Report) -> anyhow::Result<()> {
                 Ok(())
             })
             .await?;
-        report.add("list 10,000 (pages of 500)", C, Target::None, s);
+        report.add("list 10,000 (pages of 500)", c, Target::None, s);
     }
     drop(dc);
     Ok(())
@@ -332,28 +405,59 @@ async fn kube_suite(meter: &Meter, report: &mut Report) -> anyhow::Result<()> {
 // ------------------------------------------------------------------------------------------------
 // Minimal keep-alive HTTP/1.1 client
 
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
 struct RawConn {
-    io: BufReader<TcpStream>,
+    io: BufReader<Box<dyn Io>>,
     host: String,
+    token: String,
+}
+
+/// A TLS client trusting the cluster CA only.
+fn tls_connector(ca_pem: &str) -> anyhow::Result<tokio_rustls::TlsConnector> {
+    use rustls::pki_types::{pem::PemObject, CertificateDer};
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert?)?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(tokio_rustls::TlsConnector::from(Arc::new(cfg)))
 }
 
 impl RawConn {
-    async fn connect(base_url: &str) -> anyhow::Result<RawConn> {
-        let host = base_url.trim_start_matches("http://").trim_end_matches('/').to_string();
+    async fn connect(dc: &devcluster::DevCluster, token: &str) -> anyhow::Result<RawConn> {
+        let url = dc.url();
+        let host = url
+            .trim_start_matches("https://")
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .to_string();
         let tcp = TcpStream::connect(&host).await?;
         tcp.set_nodelay(true)?;
+        let io: Box<dyn Io> = if url.starts_with("https://") {
+            let name = rustls::pki_types::ServerName::try_from("127.0.0.1")?;
+            Box::new(tls_connector(&dc.ca_pem())?.connect(name, tcp).await?)
+        } else {
+            Box::new(tcp)
+        };
         Ok(RawConn {
-            io: BufReader::new(tcp),
+            io: BufReader::new(io),
             host,
+            token: token.to_string(),
         })
     }
 
     /// Sends one request and reads the whole response body; fails on a non-2xx status.
     async fn call(&mut self, method: &str, path: &str, ctype: &str, body: &[u8]) -> anyhow::Result<Vec<u8>> {
         let mut req = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nAccept: application/json\r\nAuthorization: Bearer \
-             devcluster-dummy-token\r\n",
-            self.host
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nAccept: application/json\r\nAuthorization: Bearer {}\r\n",
+            self.host, self.token
         );
         if !body.is_empty() || method != "GET" {
             req += &format!("Content-Type: {ctype}\r\nContent-Length: {}\r\n", body.len());
@@ -444,23 +548,15 @@ where
     Ok(())
 }
 
-async fn raw_suite(meter: &Meter, report: &mut Report) -> anyhow::Result<()> {
-    const C: &str = "raw HTTP/1.1";
+async fn raw_suite(meter: &Meter, report: &mut Report, transport: Transport) -> anyhow::Result<()> {
+    let c = transport.raw();
     const BASE: &str = "/api/v1/namespaces/bench/configmaps";
-    let dc = devcluster::start(devcluster::Config::default())?;
-    let url = dc.url();
+    let dc = transport.start()?;
+    let token = bench_account(&dc, "bench").await?;
     let mut conns = Vec::new();
     for _ in 0..CONCURRENCY {
-        conns.push(RawConn::connect(&url).await?);
+        conns.push(RawConn::connect(&dc, &token).await?);
     }
-    conns[0]
-        .call(
-            "POST",
-            "/api/v1/namespaces",
-            "application/json",
-            br#"{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"bench"}}"#,
-        )
-        .await?;
     let bodies: Vec<Vec<u8>> = (0..OBJECTS)
         .map(|i| serde_json::to_vec(&cm_json(i)).expect("json"))
         .collect();
@@ -475,14 +571,14 @@ async fn raw_suite(meter: &Meter, report: &mut Report) -> anyhow::Result<()> {
             })
         })
         .await?;
-    report.add("create (POST)", C, Target::Rate(TARGET_WRITES_PER_S), s);
+    report.add("create (POST)", c, Target::Rate(TARGET_WRITES_PER_S), s);
 
     let s = meter
         .measure(OBJECTS, || {
             raw_each(&mut conns, |i| ("GET", format!("{BASE}/cm-{i:05}"), "", Vec::new()))
         })
         .await?;
-    report.add("get", C, Target::None, s);
+    report.add("get", c, Target::None, s);
 
     for name in [
         "server-side apply, changes data",
@@ -500,7 +596,7 @@ async fn raw_suite(meter: &Meter, report: &mut Report) -> anyhow::Result<()> {
                 })
             })
             .await?;
-        report.add(name, C, Target::None, s);
+        report.add(name, c, Target::None, s);
     }
 
     for _ in 0..LIST_CALLS {
@@ -514,7 +610,7 @@ async fn raw_suite(meter: &Meter, report: &mut Report) -> anyhow::Result<()> {
         let list: serde_json::Value = serde_json::from_slice(&body)?;
         let n = list["items"].as_array().map_or(0, Vec::len);
         anyhow::ensure!(n == OBJECTS, "raw list returned {n} objects");
-        report.add("list 10,000 (one request)", C, Target::Millis(TARGET_LIST_MS), s);
+        report.add("list 10,000 (one request)", c, Target::Millis(TARGET_LIST_MS), s);
     }
     drop(conns);
     drop(dc);
@@ -666,7 +762,10 @@ fn render(report: &Report, runs: usize, load_before: &str, latencies: &mut [Dura
     out += "Clients: **kube-rs** = kube 5 `Api<ConfigMap>` (typed, what the operator uses), \
             16 requests in flight; **raw HTTP/1.1** = a minimal keep-alive client on 16 connections that \
             sends pre-serialized JSON and does not parse responses, to separate client cost from \
-            devcluster's. CPU/op is process CPU time (client + server) per operation, the mean over all samples; \
+            devcluster's. **HTTPS** = TLS 1.3 with the cluster CA (the default); **HTTP** = `--insecure-http`. \
+            Both authenticate as a ServiceAccount token bound to `edit` in the namespace, so every request \
+            is token-authenticated and RBAC-authorized; the watch fan-out uses the admin kubeconfig over \
+            HTTPS. CPU/op is process CPU time (client + server) per operation, the mean over all samples; \
             *server* (in parentheses) counts devcluster's own threads only.\n\n";
     out += "| operation | client | median wall | min – max | median rate | CPU/op (server) | target | verdict |\n";
     out += "|---|---|---|---|---|---|---|---|\n";
@@ -813,8 +912,10 @@ async fn main() -> anyhow::Result<()> {
     let mut latencies = Vec::new();
     for run in 1..=runs {
         eprintln!("devcluster bench: run {run}/{runs}");
-        kube_suite(&meter, &mut report).await?;
-        raw_suite(&meter, &mut report).await?;
+        for transport in [Transport::Https, Transport::Http] {
+            kube_suite(&meter, &mut report, transport).await?;
+            raw_suite(&meter, &mut report, transport).await?;
+        }
         watch_suite(&meter, &mut report, &mut latencies).await?;
     }
     report.note(

@@ -32,6 +32,7 @@ use capstan_e2e::capstan::{
     OPERATOR_NAMESPACE,
 };
 use capstan_e2e::process::workspace_binary;
+use capstan_e2e::raw_http::{self, Endpoint};
 use capstan_e2e::Kubectl;
 use devcluster::RequestRecord;
 use futures::{stream, StreamExt};
@@ -110,7 +111,8 @@ fn pid_of(child: &Child) -> u32 {
 struct Cluster {
     dir: tempfile::TempDir,
     child: Child,
-    addr: SocketAddr,
+    /// devcluster over HTTPS as its admin (the test hooks need `system:masters`).
+    endpoint: Endpoint,
     kubeconfig: PathBuf,
     kubectl: Kubectl,
     client: Client,
@@ -143,7 +145,12 @@ impl Cluster {
         .flatten()
         .context("devcluster printed its ready line")?;
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        let addr: SocketAddr = ready.trim_start_matches("http://").parse()?;
+        let endpoint = Endpoint::from_kubeconfig(&kubeconfig);
+        anyhow::ensure!(
+            endpoint.url == ready,
+            "the kubeconfig names {}, not {ready}",
+            endpoint.url
+        );
         let kubectl = Kubectl::new(&kubeconfig, dir.path().join("kubectl-cache"));
         install_crds(&kubectl).await;
         let mut config =
@@ -156,7 +163,7 @@ impl Cluster {
         Ok(Cluster {
             dir,
             child,
-            addr,
+            endpoint,
             kubeconfig,
             kubectl,
             client,
@@ -172,16 +179,19 @@ impl Cluster {
     }
 
     async fn clear_requests(&self) -> anyhow::Result<()> {
-        raw_http(self.addr, "DELETE", "/_devcluster/requests", &[], b"").await?;
+        let r = raw_http::request(&self.endpoint, "DELETE", "/_devcluster/requests", None, Vec::new()).await;
+        if r.status != 200 {
+            bail!("DELETE /_devcluster/requests answered {}", r.status);
+        }
         Ok(())
     }
 
     async fn requests(&self) -> anyhow::Result<Vec<RequestRecord>> {
-        let (status, body) = raw_http(self.addr, "GET", "/_devcluster/requests", &[], b"").await?;
-        if status != 200 {
-            bail!("GET /_devcluster/requests answered {status}");
+        let r = raw_http::request(&self.endpoint, "GET", "/_devcluster/requests", None, Vec::new()).await;
+        if r.status != 200 {
+            bail!("GET /_devcluster/requests answered {}", r.status);
         }
-        Ok(serde_json::from_str(&body)?)
+        Ok(serde_json::from_slice(&r.body)?)
     }
 
     async fn create(&self, obj: Value) -> anyhow::Result<()> {

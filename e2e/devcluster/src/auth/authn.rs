@@ -82,7 +82,7 @@ pub fn token_user(sh: &Shared, token: &str) -> Option<UserInfo> {
     if same_secret(token, sh.auth.admin_token()) {
         return Some(admin_user());
     }
-    let claims = sh.auth.signer.verify(token)?;
+    let claims = sh.auth.verified_claims(token)?;
     match claims.get("iss").and_then(Value::as_str)? {
         jwt::LEGACY_ISSUER => legacy_user(sh, &claims, token),
         jwt::ISSUER => bound_user(sh, &claims, &[jwt::ISSUER]),

@@ -131,7 +131,13 @@ pub struct AuthState {
     pub authorizer: rbac::Authorizer,
     /// Who a request without credentials is.
     pub no_credentials: NoCredentials,
+    /// Claims of tokens whose signature was verified, so a token's ECDSA verification runs once, not
+    /// on every request; expiry, audience and the ServiceAccount are still checked every time.
+    pub verified: parking_lot::Mutex<std::collections::HashMap<String, Arc<Value>>>,
 }
+
+/// Bound on remembered verified tokens; the memory is simply cleared when full.
+const VERIFIED_LIMIT: usize = 10_000;
 
 /// How requests without credentials are treated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,6 +153,20 @@ pub enum NoCredentials {
 impl AuthState {
     pub fn admin_token(&self) -> &str {
         &self.pki.admin_token
+    }
+
+    /// The claims of a token signed by this cluster's key (memoized).
+    pub fn verified_claims(&self, token: &str) -> Option<Arc<Value>> {
+        if let Some(c) = self.verified.lock().get(token) {
+            return Some(c.clone());
+        }
+        let claims = Arc::new(self.signer.verify(token)?);
+        let mut memo = self.verified.lock();
+        if memo.len() >= VERIFIED_LIMIT {
+            memo.clear();
+        }
+        memo.insert(token.to_string(), claims.clone());
+        Some(claims)
     }
 }
 

@@ -49,12 +49,10 @@ pub fn request_attributes(method: &str, path: &str, query: &Query) -> Attributes
         }
         .to_string();
     }
-    if rest[0] == "namespaces" {
-        if rest.len() > 1 {
-            a.namespace = rest[1].to_string();
-            if rest.len() > 2 && !matches!(rest[2], "status" | "finalize") {
-                rest = &rest[2..];
-            }
+    if rest[0] == "namespaces" && rest.len() > 1 {
+        a.namespace = rest[1].to_string();
+        if rest.len() > 2 && !matches!(rest[2], "status" | "finalize") {
+            rest = &rest[2..];
         }
     }
     if rest.len() >= 3 && a.verb != "proxy" {

@@ -412,7 +412,13 @@ mod tests {
             resource_names: vec!["a".into()],
             ..Rule::new(&["get"], &[""], &["secrets"])
         };
-        assert!(!covers(&[named.clone()], &[Rule::new(&["get"], &[""], &["secrets"])]).0);
+        assert!(
+            !covers(
+                std::slice::from_ref(&named),
+                &[Rule::new(&["get"], &[""], &["secrets"])]
+            )
+            .0
+        );
         assert!(covers(&[Rule::new(&["get"], &[""], &["secrets"])], &[named]).0);
     }
 

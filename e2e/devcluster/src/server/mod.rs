@@ -108,6 +108,7 @@ impl Shared {
             authorizer: auth::rbac::Authorizer::new(store.subscribe_controller()),
             pki,
             no_credentials,
+            verified: Default::default(),
         };
         Ok(Shared {
             store,

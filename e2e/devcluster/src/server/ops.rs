@@ -64,7 +64,10 @@ impl FieldValidation {
 /// A last check on a write, with the stored object (`None` for a create) and the object about to be
 /// committed; the HTTP layer uses it for RBAC escalation checks, which need the final object of a patch.
 #[derive(Clone)]
-pub struct Admit(pub Arc<dyn Fn(Option<&Value>, &Value) -> ApiResult<()> + Send + Sync>);
+pub struct Admit(pub Arc<AdmitFn>);
+
+/// The check itself: `(stored, new)`.
+pub type AdmitFn = dyn Fn(Option<&Value>, &Value) -> ApiResult<()> + Send + Sync;
 
 impl std::fmt::Debug for Admit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
