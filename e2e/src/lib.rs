@@ -7,7 +7,8 @@
 //! - [`kubectl`]: the real `kubectl` binary with a hard timeout, stdin piping and a `get -w` line reader;
 //! - [`wait`]: bounded polling (`wait_until`, `wait_for`, `within`); tests synchronise on conditions,
 //!   never on sleeps;
-//! - [`raw_http`]: a tiny HTTP/1.1 client for requests no well-behaved client would send;
+//! - [`raw_http`]: a tiny HTTP/1.1 client (TLS with the cluster CA, a bearer token) for requests no
+//!   well-behaved client would send;
 //! - [`requests`]: queries over devcluster's request log, to assert *how* clients talk;
 //! - [`fixtures`]: the test custom resource (`Widget`) and manifest builders;
 //! - [`check`]: reading kubectl tables and JSON, kube-rs API errors and managedFields;

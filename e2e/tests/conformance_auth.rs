@@ -48,6 +48,14 @@ async fn account(tc: &TestCluster, prefix: &str, sa: &str) -> (String, String) {
     (ns, token)
 }
 
+/// `kubectl create rolebinding NAME --clusterrole=ROLE --serviceaccount=NS:SA -n NS`, as the admin.
+async fn bind(tc: &TestCluster, ns: &str, name: &str, cluster_role: &str, sa: &str) {
+    let role = format!("--clusterrole={cluster_role}");
+    let subject = format!("--serviceaccount={ns}:{sa}");
+    tc.kubectl_ok(&["create", "rolebinding", name, &role, &subject, "-n", ns])
+        .await;
+}
+
 fn forbidden_list(user: &str, resource: &str, ns: &str) -> String {
     format!(
         r#"Error from server (Forbidden): {resource} is forbidden: User "{user}" cannot list resource "{resource}" in API group "" in the namespace "{ns}""#
@@ -155,16 +163,7 @@ async fn a_service_account_token_works_with_kubectl_once_a_rolebinding_allows_it
         "{who}"
     );
 
-    tc.kubectl_ok(&[
-        "create",
-        "rolebinding",
-        "deployer-edit",
-        "--clusterrole=edit",
-        &format!("--serviceaccount={ns}:deployer"),
-        "-n",
-        &ns,
-    ])
-    .await;
+    bind(&tc, &ns, "deployer-edit", "edit", "deployer").await;
     tc.kubectl_ok(&["create", "configmap", "cfg", "--from-literal=a=1", "-n", &ns])
         .await;
     // `--token` on the admin kubeconfig works the same as a kubeconfig of its own.
@@ -305,16 +304,7 @@ async fn impersonation_needs_the_impersonate_verb_and_runs_as_the_impersonated_u
     let tc = TestCluster::start();
     let (ns, token) = account(&tc, "imp", "worker").await;
     let sa_user = format!("system:serviceaccount:{ns}:worker");
-    tc.kubectl_ok(&[
-        "create",
-        "rolebinding",
-        "worker-view",
-        "--clusterrole=view",
-        &format!("--serviceaccount={ns}:worker"),
-        "-n",
-        &ns,
-    ])
-    .await;
+    bind(&tc, &ns, "worker-view", "view", "worker").await;
 
     // The admin may impersonate anyone; the request then has only the impersonated rights.
     tc.kubectl_ok(&["get", "configmaps", "-n", &ns, "--as", &sa_user]).await;
@@ -364,16 +354,7 @@ async fn impersonation_needs_the_impersonate_verb_and_runs_as_the_impersonated_u
     );
     // edit grants `impersonate serviceaccounts` in its namespace, so then it may act as another account.
     tc.kubectl_ok(&["create", "serviceaccount", "helper", "-n", &ns]).await;
-    tc.kubectl_ok(&[
-        "create",
-        "rolebinding",
-        "worker-edit",
-        "--clusterrole=edit",
-        &format!("--serviceaccount={ns}:worker"),
-        "-n",
-        &ns,
-    ])
-    .await;
+    bind(&tc, &ns, "worker-edit", "edit", "worker").await;
     let helper = format!("system:serviceaccount:{ns}:helper");
     let out = as_sa.run(&["get", "configmaps", "-n", &ns, "--as", &helper]).await;
     assert_eq!(out.stderr.trim(), forbidden_list(&helper, "configmaps", &ns), "{out}");
@@ -385,16 +366,7 @@ async fn escalation_through_roles_and_bindings_is_refused() {
     let (ns, token) = account(&tc, "esc", "lead").await;
     let user = format!("system:serviceaccount:{ns}:lead");
     let groups = format!(r#"["system:serviceaccounts" "system:serviceaccounts:{ns}" "system:authenticated"]"#);
-    tc.kubectl_ok(&[
-        "create",
-        "rolebinding",
-        "lead-admin",
-        "--clusterrole=admin",
-        &format!("--serviceaccount={ns}:lead"),
-        "-n",
-        &ns,
-    ])
-    .await;
+    bind(&tc, &ns, "lead-admin", "admin", "lead").await;
     let as_lead = tc.kubectl_with_token("lead", &token);
 
     // Granting what one holds is fine; granting more is not.
@@ -525,16 +497,7 @@ async fn an_aggregated_cluster_role_picks_up_a_new_labelled_role() {
     let client = tc.client().await;
     install_widget_crd(&client).await;
     let (ns, token) = account(&tc, "agg", "viewer").await;
-    tc.kubectl_ok(&[
-        "create",
-        "rolebinding",
-        "viewer",
-        "--clusterrole=view",
-        &format!("--serviceaccount={ns}:viewer"),
-        "-n",
-        &ns,
-    ])
-    .await;
+    bind(&tc, &ns, "viewer", "view", "viewer").await;
     let widgets: Api<Widget> = Api::namespaced(client, &ns);
     let spec = WidgetSpec {
         replicas: 1,
@@ -724,16 +687,7 @@ async fn a_token_bound_to_a_secret_dies_with_the_secret() {
 async fn kube_rs_authenticates_with_a_token_and_with_a_client_certificate() {
     let tc = TestCluster::start();
     let (ns, _) = account(&tc, "kubers", "rs").await;
-    tc.kubectl_ok(&[
-        "create",
-        "rolebinding",
-        "rs-view",
-        "--clusterrole=view",
-        &format!("--serviceaccount={ns}:rs"),
-        "-n",
-        &ns,
-    ])
-    .await;
+    bind(&tc, &ns, "rs-view", "view", "rs").await;
     let token = tc.create_token(&ns, "rs");
     let client = tc.client_with_token(&token).await;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
@@ -791,16 +745,7 @@ async fn kube_rs_authenticates_with_a_token_and_with_a_client_certificate() {
 async fn subject_access_reviews_answer_for_other_users() {
     let tc = TestCluster::start();
     let (ns, _) = account(&tc, "sar", "svc").await;
-    tc.kubectl_ok(&[
-        "create",
-        "rolebinding",
-        "svc-view",
-        "--clusterrole=view",
-        &format!("--serviceaccount={ns}:svc"),
-        "-n",
-        &ns,
-    ])
-    .await;
+    bind(&tc, &ns, "svc-view", "view", "svc").await;
     let sar = |user: &str, verb: &str| SubjectAccessReview {
         spec: SubjectAccessReviewSpec {
             user: Some(user.to_owned()),

@@ -65,16 +65,7 @@ impl ResourceInfo {
         if self.create_only {
             vec!["create"]
         } else {
-            vec![
-                "create",
-                "delete",
-                "deletecollection",
-                "get",
-                "list",
-                "patch",
-                "update",
-                "watch",
-            ]
+            STANDARD_VERBS.to_vec()
         }
     }
 
@@ -86,6 +77,18 @@ impl ResourceInfo {
         self.custom.is_some()
     }
 }
+
+/// The verbs of every ordinary resource, in discovery order (also the "read-write" verbs of RBAC roles).
+pub const STANDARD_VERBS: &[&str] = &[
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
 
 /// Storage key for a group and plural.
 pub fn res_key(group: &str, plural: &str) -> ResKey {

@@ -14,7 +14,7 @@ use kube::core::GroupVersionKind;
 use kube::{Api, Client, Config, CustomResourceExt};
 use serde_json::{json, Value};
 
-use super::clients::{parse_kubeconfig, SECRET_BEARER_TOKEN, SECRET_KUBECONFIG};
+use super::clients::{parse_kubeconfig, SECRET_BEARER_TOKEN, SECRET_CA_CERT, SECRET_KUBECONFIG};
 use super::*;
 use crate::api::application::ApplicationDestination;
 use crate::api::labels::APP_INSTANCE_LABEL;
@@ -645,11 +645,15 @@ async fn cluster_bearer_token_secret_connects() {
     let clients = ClusterClients::new(config_of(&local).await, OPERATOR_NS).expect("clients");
     ensure_namespaces(clients.local(), &[OPERATOR_NS]).await;
     install_cluster_crd(&local_client).await;
+    // devcluster serves HTTPS with its own CA and authenticates the token.
     create_secret(
         &local_client,
         OPERATOR_NS,
         "token",
-        &[(SECRET_BEARER_TOKEN, "CANARY-token")],
+        &[
+            (SECRET_BEARER_TOKEN, &remote.admin_token()),
+            (SECRET_CA_CERT, &remote.ca_pem()),
+        ],
     )
     .await;
     create_cluster(&local_client, OPERATOR_NS, "remote", &remote.url(), Some("token"), &[]).await;

@@ -23,16 +23,7 @@ pub const AGGREGATE_TO_VIEW: &str = "rbac.authorization.k8s.io/aggregate-to-view
 
 const READ: &[&str] = &["get", "list", "watch"];
 const WRITE: &[&str] = &["create", "delete", "deletecollection", "patch", "update"];
-const READ_WRITE: &[&str] = &[
-    "create",
-    "delete",
-    "deletecollection",
-    "get",
-    "list",
-    "patch",
-    "update",
-    "watch",
-];
+const READ_WRITE: &[&str] = crate::registry::STANDARD_VERBS;
 
 fn meta(name: &str, labels: &[&str]) -> Value {
     let mut l = json!({"kubernetes.io/bootstrapping": "rbac-defaults"});

@@ -2,9 +2,10 @@
 //!
 //! It runs on every request, so it is built for that: the Roles, ClusterRoles and bindings are indexed once
 //! (bindings by subject: user, group, ServiceAccount), the rules that apply to one (user, groups, namespace)
-//! are resolved once and cached, and both are thrown away whenever an RBAC object changes. Changes are
-//! noticed through the store's lossless controller feed, drained before every decision, so a RoleBinding
-//! created by one request is in force for the next one.
+//! are resolved once and cached, and both are thrown away whenever an RBAC object changes: at once when a
+//! client wrote it (so a RoleBinding created by one request is in force for the next one), and through the
+//! store's change feed ([`watch_changes`]) when a controller did (aggregation, garbage collection,
+//! namespace deletion), as kube-apiserver's informer-fed authorizer does.
 //!
 //! Semantics follow kube-apiserver: ClusterRoleBindings apply everywhere, RoleBindings in their namespace; a
 //! binding to a missing role grants nothing and is reported in the reason (`RBAC: clusterrole... not
@@ -14,11 +15,12 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::RwLock;
 use serde_json::Value;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::registry::{res_key, ResKey};
+use crate::server::Shared;
 use crate::store::{Event, Store};
 
 use super::rules::{rule_allows, Attributes, Rule};
@@ -157,7 +159,7 @@ impl Default for RbacKeys {
 }
 
 impl RbacKeys {
-    fn contains(&self, k: &ResKey) -> bool {
+    pub fn contains(&self, k: &ResKey) -> bool {
         [
             &self.roles,
             &self.cluster_roles,
@@ -303,19 +305,25 @@ struct State {
     stale: bool,
 }
 
+/// Mark the authorizer stale whenever an RBAC object changes (a task fed by the store's controller feed).
+pub async fn watch_changes(sh: Arc<Shared>, mut rx: UnboundedReceiver<Arc<Event>>) {
+    while let Some(ev) = rx.recv().await {
+        if sh.auth.authorizer.keys.contains(&ev.obj.res) {
+            sh.auth.authorizer.invalidate();
+        }
+    }
+}
+
 /// The authorizer shared by every request.
 pub struct Authorizer {
-    keys: RbacKeys,
-    feed: Mutex<UnboundedReceiver<Arc<Event>>>,
+    pub keys: RbacKeys,
     state: RwLock<State>,
 }
 
-impl Authorizer {
-    /// An authorizer fed by `feed` (a store controller subscription).
-    pub fn new(feed: UnboundedReceiver<Arc<Event>>) -> Self {
+impl Default for Authorizer {
+    fn default() -> Self {
         Authorizer {
             keys: RbacKeys::default(),
-            feed: Mutex::new(feed),
             state: RwLock::new(State {
                 index: Arc::new(Index::default()),
                 cache: HashMap::new(),
@@ -323,21 +331,16 @@ impl Authorizer {
             }),
         }
     }
+}
 
-    /// Drain the change feed; rebuild the index if an RBAC object changed since the last call.
+impl Authorizer {
+    /// Forget the index and every cached rule set; the next decision rebuilds them from the store.
+    pub fn invalidate(&self) {
+        self.state.write().stale = true;
+    }
+
+    /// The index, rebuilt first if an RBAC object changed since it was built.
     fn refresh(&self, store: &Store) -> Arc<Index> {
-        {
-            // Marked stale while the feed is still held, so no concurrent decision can drain nothing and
-            // use the old index after this one drained a change.
-            let mut feed = self.feed.lock();
-            let mut changed = false;
-            while let Ok(ev) = feed.try_recv() {
-                changed |= self.keys.contains(&ev.obj.res);
-            }
-            if changed {
-                self.state.write().stale = true;
-            }
-        }
         {
             let st = self.state.read();
             if !st.stale {

@@ -192,22 +192,22 @@ mod tests {
 
     #[test]
     fn namespaces_are_their_own_namespace() {
-        assert_eq!(
-            summary(&info("GET", "/api/v1/namespaces/x")),
-            "get /v1 namespaces  ns=x name=x"
-        );
-        assert_eq!(
-            summary(&info("GET", "/api/v1/namespaces")),
-            "list /v1 namespaces  ns= name="
-        );
-        assert_eq!(
-            summary(&info("PUT", "/api/v1/namespaces/x/finalize")),
-            "update /v1 namespaces finalize ns=x name=x"
-        );
-        assert_eq!(
-            summary(&info("GET", "/api/v1/namespaces/x/status")),
-            "get /v1 namespaces status ns=x name=x"
-        );
+        for (m, url, want) in [
+            ("GET", "/api/v1/namespaces/x", "get /v1 namespaces  ns=x name=x"),
+            ("GET", "/api/v1/namespaces", "list /v1 namespaces  ns= name="),
+            (
+                "PUT",
+                "/api/v1/namespaces/x/finalize",
+                "update /v1 namespaces finalize ns=x name=x",
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces/x/status",
+                "get /v1 namespaces status ns=x name=x",
+            ),
+        ] {
+            assert_eq!(summary(&info(m, url)), want, "{m} {url}");
+        }
     }
 
     #[test]

@@ -30,6 +30,10 @@ pub fn start(sh: &Arc<Shared>) {
     tokio::spawn(workloads::run(sh.clone(), sh.store.subscribe_controller()));
     tokio::spawn(aggregation::run(sh.clone(), sh.store.subscribe_controller()));
     tokio::spawn(tokens::run(sh.clone(), sh.store.subscribe_controller()));
+    tokio::spawn(crate::auth::rbac::watch_changes(
+        sh.clone(),
+        sh.store.subscribe_controller(),
+    ));
     bootstrap(sh);
     crate::auth::bootstrap::create_defaults(sh);
 }

@@ -105,7 +105,7 @@ impl Shared {
         let store = Store::new(seed, history_limit);
         let auth = AuthState {
             signer: auth::jwt::Signer::new(&pki.sa_key_der)?,
-            authorizer: auth::rbac::Authorizer::new(store.subscribe_controller()),
+            authorizer: auth::rbac::Authorizer::default(),
             pki,
             no_credentials,
             verified: Default::default(),
@@ -351,7 +351,14 @@ async fn dispatch(sh: &Arc<Shared>, ctx: &Ctx, body: Body) -> ApiResult<Response
                 .ok_or_else(ApiError::no_such_path)
         }
         ["api", v, rest @ ..] => resource(sh, ctx, "", v, rest, body).await,
-        ["apis", g, v, rest @ ..] => resource(sh, ctx, g, v, rest, body).await,
+        ["apis", g, v, rest @ ..] => {
+            let out = resource(sh, ctx, g, v, rest, body).await;
+            // A client's RBAC change is in force for its next request, not only once the feed catches up.
+            if *g == auth::rbac::RBAC_GROUP && ctx.method != Method::GET {
+                sh.auth.authorizer.invalidate();
+            }
+            out
+        }
         _ => Err(ApiError::no_such_path()),
     }
 }
