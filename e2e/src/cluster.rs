@@ -15,14 +15,20 @@ use kube::{
 use tempfile::TempDir;
 use tokio::sync::OnceCell;
 
+use crate::etcd::EtcdServer;
 use crate::kubectl::{Kubectl, KubectlOutput, KubectlWatch};
 
 /// An in-process devcluster with a kubeconfig and a kubectl cache of its own.
 ///
-/// Dropping it shuts the server down and deletes the temporary directory.
+/// Its objects live in memory, or in an etcd of its own when `CAPSTAN_E2E_ETCD=1` (see [`crate::etcd`]),
+/// so the same tests run against both storage backends. Dropping it shuts the server down, then etcd, and
+/// deletes the temporary directory.
 pub struct TestCluster {
-    // Declared first so the server stops before its kubeconfig disappears.
-    dev: DevCluster,
+    // Declared first so the server stops before its storage and its kubeconfig disappear. `None` only
+    // inside `restart`.
+    dev: Option<DevCluster>,
+    etcd: Option<EtcdServer>,
+    config: devcluster::Config,
     dir: TempDir,
     kubectl: Kubectl,
     client: OnceCell<Client>,
@@ -34,9 +40,14 @@ impl TestCluster {
         Self::start_with(devcluster::Config::default())
     }
 
-    /// Starts a devcluster with `config`, for tests that tune history or bookmarks.
-    pub fn start_with(config: devcluster::Config) -> Self {
-        let dev = devcluster::start(config).expect("devcluster starts");
+    /// Starts a devcluster with `config`, for tests that tune history or bookmarks. Without an `etcd` in
+    /// `config`, `CAPSTAN_E2E_ETCD=1` gives it an etcd of its own.
+    pub fn start_with(mut config: devcluster::Config) -> Self {
+        let etcd = (config.etcd.is_none() && crate::etcd::requested()).then(EtcdServer::start);
+        if let Some(e) = &etcd {
+            config.etcd = Some(e.url());
+        }
+        let dev = devcluster::start(config.clone()).expect("devcluster starts");
         let dir = tempfile::Builder::new()
             .prefix("capstan-e2e-")
             .tempdir()
@@ -46,7 +57,9 @@ impl TestCluster {
             .expect("the kubeconfig can be written");
         let kubectl = Kubectl::new(kubeconfig, dir.path().join("kubectl-cache"));
         Self {
-            dev,
+            dev: Some(dev),
+            etcd,
+            config,
             dir,
             kubectl,
             client: OnceCell::new(),
@@ -55,11 +68,34 @@ impl TestCluster {
 
     /// The server itself, for its test hooks (compaction, faults, latency).
     pub fn dev(&self) -> &DevCluster {
-        &self.dev
+        self.dev.as_ref().expect("devcluster is running")
+    }
+
+    /// The etcd this cluster's devcluster keeps its objects in, when it has one of its own.
+    pub fn etcd(&mut self) -> Option<&mut EtcdServer> {
+        self.etcd.as_mut()
+    }
+
+    /// Stops devcluster and starts a new one with the same configuration on the same address, as a restarted
+    /// API server: clients (kubectl, kube-rs) keep their kubeconfig. Only storage outside the process (etcd)
+    /// survives.
+    pub fn restart(&mut self) {
+        let old = self.dev.take().expect("devcluster is running");
+        let listen: std::net::SocketAddr = old
+            .url()
+            .trim_start_matches("http://")
+            .parse()
+            .expect("devcluster listens on an IP address");
+        old.shutdown();
+        let config = devcluster::Config {
+            listen,
+            ..self.config.clone()
+        };
+        self.dev = Some(devcluster::start(config).expect("devcluster restarts"));
     }
 
     pub fn url(&self) -> String {
-        self.dev.url()
+        self.dev().url()
     }
 
     pub fn kubeconfig_path(&self) -> &Path {
@@ -113,7 +149,7 @@ impl TestCluster {
 
     /// Every request the server has answered so far, oldest first.
     pub fn requests(&self) -> Vec<RequestRecord> {
-        self.dev.request_log()
+        self.dev().request_log()
     }
 
     /// kubectl bound to this cluster, for code that only needs the runner.

@@ -51,6 +51,8 @@ pub struct Config {
     pub bookmark_interval: Duration,
     /// Retained watch events (default 10000).
     pub history_limit: usize,
+    /// Keep every object in this etcd (`http://host:port`) instead of in memory (default: memory).
+    pub etcd: Option<String>,
 }
 
 impl Default for Config {
@@ -60,6 +62,7 @@ impl Default for Config {
             minor_version: "32".into(),
             bookmark_interval: Duration::from_secs(60),
             history_limit: 10_000,
+            etcd: None,
         }
     }
 }
@@ -77,11 +80,15 @@ pub fn start(config: Config) -> anyhow::Result<DevCluster> {
     let listener = std::net::TcpListener::bind(config.listen).with_context(|| format!("binding {}", config.listen))?;
     listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;
-    let shared = Arc::new(Shared::new(
+    let store = match &config.etcd {
+        Some(url) => store::Store::etcd(url, config.history_limit)?,
+        None => store::Store::new(rv_seed(), config.history_limit),
+    };
+    let shared = Arc::new(Shared::with_store(
         addr,
         config.minor_version,
         config.bookmark_interval,
-        config.history_limit,
+        store,
     ));
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<anyhow::Result<()>>();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -97,6 +104,15 @@ pub fn start(config: Config) -> anyhow::Result<DevCluster> {
         stop: Some(stop_tx),
         thread: Some(thread),
     })
+}
+
+/// The first in-memory resourceVersion: wall-clock microseconds, so a restarted in-memory devcluster never
+/// hands out an RV a client still holds from before (spec §5.5).
+fn rv_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(1)
 }
 
 fn run_server(

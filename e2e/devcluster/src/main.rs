@@ -29,6 +29,10 @@ struct Args {
     /// Number of watch events kept for resuming watches.
     #[arg(long, default_value_t = 10_000)]
     history_limit: usize,
+    /// Keep every object in this etcd (e.g. http://127.0.0.1:2379) instead of in memory; a devcluster
+    /// restarted on the same etcd serves the same objects and resumes watches.
+    #[arg(long, value_name = "URL")]
+    etcd: Option<String>,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -57,6 +61,7 @@ fn main() -> anyhow::Result<()> {
         minor_version: args.minor,
         bookmark_interval: args.bookmark_interval,
         history_limit: args.history_limit,
+        etcd: args.etcd,
     };
     let cluster = devcluster::start(config)?;
     if let Some(path) = &args.kubeconfig_out {

@@ -71,18 +71,26 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// Shared state over an in-memory store.
     pub fn new(addr: SocketAddr, minor: String, bookmark_interval: Duration, history_limit: usize) -> Self {
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_micros() as u64)
-            .unwrap_or(1);
+        let store = Store::new(crate::rv_seed(), history_limit);
+        Self::with_store(addr, minor, bookmark_interval, store)
+    }
+
+    /// Shared state over `store` (in memory, or etcd).
+    pub fn with_store(addr: SocketAddr, minor: String, bookmark_interval: Duration, store: Store) -> Self {
         Shared {
-            store: Store::new(seed, history_limit),
+            // The store, too, ends open watches when their history is gone (an etcd compaction it had to
+            // reload after).
+            signals: Signals {
+                compact: store.compaction_signal(),
+                ..Signals::default()
+            },
+            store,
             registry: RwLock::new(Registry::new()),
             minor,
             bookmark_interval,
             addr,
-            signals: Signals::default(),
             admin: AdminState::default(),
             pages: Mutex::new(list::PageCache::default()),
             openapi: Mutex::new(None),
@@ -443,6 +451,8 @@ async fn resource(
     rest: &[&str],
     body: Body,
 ) -> ApiResult<Response<Body>> {
+    // Never answer from a cache staler than the storage (etcd), nor when it cannot be reached.
+    sh.store.sync().await.map_err(ApiError::storage_unavailable)?;
     let t = resolve(sh, group, version, rest)?;
     let ri = t.ri.clone();
     let ns = t.ns.as_deref();

@@ -249,6 +249,7 @@ pub fn is_deleting(obj: &Value) -> bool {
 fn commit_err(ri: &ResourceInfo, r: &ObjRef, e: CommitError) -> OpError {
     match e {
         CommitError::Stale => OpError::Stale,
+        CommitError::Unavailable(detail) => OpError::Api(ApiError::storage_unavailable(detail)),
         CommitError::AlreadyExists => OpError::Api(ApiError::already_exists(&ri.plural, &ri.group, &r.name)),
         CommitError::NamespaceMissing => OpError::Api(ApiError::not_found("namespaces", "", &r.ns)),
         CommitError::NamespaceTerminating => OpError::Api(
