@@ -7,6 +7,8 @@
 //!   nor parses responses, so the difference between the two is client cost, not devcluster's.
 //!
 //! Then the fan-out of 1,000 changes to 50 concurrent kube-rs watchers, with per-event delivery latency.
+//! The create/get/apply/list suites run a second time on `--etcd` storage: a local etcd (Debian's
+//! etcd-server) whose data directory is on disk, started fresh for each run; their CPU adds etcd's.
 //! Every scenario runs on a fresh devcluster, `CAPSTAN_BENCH_RUNS` times (default 3); the report gives the
 //! median and the min–max spread, plus CPU time per operation (whole process, and devcluster's own threads).
 //!
@@ -25,6 +27,8 @@ use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
+use capstan_e2e::etcd::EtcdServer;
+
 const OBJECTS: usize = 10_000;
 const CONCURRENCY: usize = 16;
 const WATCHERS: usize = 50;
@@ -34,6 +38,8 @@ const LIST_CALLS: usize = 5;
 const DEFAULT_RUNS: usize = 3;
 /// Targets from the foundation issue.
 const TARGET_WRITES_PER_S: f64 = 2_000.0;
+/// Target for creates with `--etcd` (devcluster issue 10).
+const TARGET_ETCD_WRITES_PER_S: f64 = 1_000.0;
 const TARGET_LIST_MS: f64 = 200.0;
 
 const START: &str = "<!-- devcluster-bench:start -->";
@@ -42,11 +48,12 @@ const END: &str = "<!-- devcluster-bench:end -->";
 // ------------------------------------------------------------------------------------------------
 // Measurements
 
-/// CPU time consumed so far: the whole process, and devcluster's threads alone.
+/// CPU time consumed so far: the whole process, devcluster's threads alone, and the etcd process.
 #[derive(Clone, Copy, Default)]
 struct Cpu {
     process: Duration,
     server: Duration,
+    etcd: Duration,
 }
 
 fn clock_ticks() -> f64 {
@@ -71,7 +78,7 @@ fn stat_ticks(path: &std::path::Path) -> Option<(String, u64)> {
     Some((comm, utime + stime))
 }
 
-fn cpu_now(ticks: f64) -> Cpu {
+fn cpu_now(ticks: f64, etcd_pid: Option<u32>) -> Cpu {
     let to = |t: u64| Duration::from_secs_f64(t as f64 / ticks);
     let process = stat_ticks(std::path::Path::new("/proc/self/stat"))
         .map(|(_, t)| t)
@@ -80,18 +87,22 @@ fn cpu_now(ticks: f64) -> Cpu {
     if let Ok(dir) = std::fs::read_dir("/proc/self/task") {
         for task in dir.flatten() {
             if let Some((comm, t)) = stat_ticks(&task.path().join("stat")) {
-                // devcluster's threads are "devcluster" and "devcluster-worker" (comm is cut at 15 bytes).
-                // Not a prefix match: this bench's own main thread is named after the binary,
-                // `devcluster-<hash>`, and runs the client's main task.
-                if comm == "devcluster" || comm == "devcluster-work" {
+                // devcluster's threads are "devcluster", "devcluster-worker" and "devcluster-etcd" (comm is
+                // cut at 15 bytes). Not a prefix match: this bench's own main thread is named after the
+                // binary, `devcluster-<hash>`, and runs the client's main task.
+                if comm == "devcluster" || comm == "devcluster-work" || comm == "devcluster-etcd" {
                     server += t;
                 }
             }
         }
     }
+    let etcd = etcd_pid
+        .and_then(|pid| stat_ticks(&std::path::Path::new("/proc").join(pid.to_string()).join("stat")))
+        .map_or(0, |(_, t)| t);
     Cpu {
         process: to(process),
         server: to(server),
+        etcd: to(etcd),
     }
 }
 
@@ -103,8 +114,11 @@ struct Sample {
     cpu: Cpu,
 }
 
+#[derive(Clone, Copy)]
 struct Meter {
     ticks: f64,
+    /// The etcd of the devcluster being measured, if any.
+    etcd_pid: Option<u32>,
 }
 
 impl Meter {
@@ -113,17 +127,18 @@ impl Meter {
         F: FnOnce() -> Fut,
         Fut: std::future::Future<Output = anyhow::Result<()>>,
     {
-        let cpu0 = cpu_now(self.ticks);
+        let cpu0 = cpu_now(self.ticks, self.etcd_pid);
         let start = Instant::now();
         f().await?;
         let elapsed = start.elapsed();
-        let cpu1 = cpu_now(self.ticks);
+        let cpu1 = cpu_now(self.ticks, self.etcd_pid);
         Ok(Sample {
             elapsed,
             ops,
             cpu: Cpu {
                 process: cpu1.process.saturating_sub(cpu0.process),
                 server: cpu1.server.saturating_sub(cpu0.server),
+                etcd: cpu1.etcd.saturating_sub(cpu0.etcd),
             },
         })
     }
@@ -219,6 +234,48 @@ fn applied_json(i: usize) -> serde_json::Value {
 // ------------------------------------------------------------------------------------------------
 // kube-rs
 
+/// Where a suite's devcluster keeps its objects.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Storage {
+    Memory,
+    Etcd,
+}
+
+impl Storage {
+    /// The client column of the report.
+    fn label(self, client: &'static str) -> &'static str {
+        match (self, client) {
+            (Storage::Memory, c) => c,
+            (Storage::Etcd, "kube-rs") => "kube-rs, etcd",
+            (Storage::Etcd, _) => "raw HTTP/1.1, etcd",
+        }
+    }
+
+    fn create_target(self) -> Target {
+        match self {
+            Storage::Memory => Target::Rate(TARGET_WRITES_PER_S),
+            Storage::Etcd => Target::Rate(TARGET_ETCD_WRITES_PER_S),
+        }
+    }
+}
+
+/// A fresh devcluster (with a fresh etcd, data on disk, for [`Storage::Etcd`]) and the meter for it.
+fn start_devcluster(
+    storage: Storage,
+    meter: &Meter,
+) -> anyhow::Result<(devcluster::DevCluster, Option<EtcdServer>, Meter)> {
+    let etcd = (storage == Storage::Etcd).then(|| EtcdServer::start_in(&std::env::temp_dir()));
+    let dc = devcluster::start(devcluster::Config {
+        etcd: etcd.as_ref().map(EtcdServer::url),
+        ..devcluster::Config::default()
+    })?;
+    let meter = Meter {
+        etcd_pid: etcd.as_ref().and_then(EtcdServer::pid),
+        ..*meter
+    };
+    Ok((dc, etcd, meter))
+}
+
 async fn kube_client(dc: &devcluster::DevCluster) -> anyhow::Result<Client> {
     let kubeconfig = kube::config::Kubeconfig::from_yaml(&dc.kubeconfig_yaml())?;
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
@@ -249,9 +306,9 @@ where
     Ok(())
 }
 
-async fn kube_suite(meter: &Meter, report: &mut Report) -> anyhow::Result<()> {
-    const C: &str = "kube-rs";
-    let dc = devcluster::start(devcluster::Config::default())?;
+async fn kube_suite(meter: &Meter, report: &mut Report, storage: Storage) -> anyhow::Result<()> {
+    let c = storage.label("kube-rs");
+    let (dc, etcd, meter) = start_devcluster(storage, meter)?;
     let client = kube_client(&dc).await?;
     create_namespace(&client, "bench").await?;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "bench");
@@ -264,7 +321,7 @@ async fn kube_suite(meter: &Meter, report: &mut Report) -> anyhow::Result<()> {
             })
         })
         .await?;
-    report.add("create (POST)", C, Target::Rate(TARGET_WRITES_PER_S), s);
+    report.add("create (POST)", c, storage.create_target(), s);
 
     let s = meter
         .measure(OBJECTS, || {
@@ -274,7 +331,7 @@ async fn kube_suite(meter: &Meter, report: &mut Report) -> anyhow::Result<()> {
             })
         })
         .await?;
-    report.add("get", C, Target::None, s);
+    report.add("get", c, Target::None, s);
 
     for name in [
         "server-side apply, changes data",
@@ -295,7 +352,7 @@ async fn kube_suite(meter: &Meter, report: &mut Report) -> anyhow::Result<()> {
                 })
             })
             .await?;
-        report.add(name, C, Target::None, s);
+        report.add(name, c, Target::None, s);
     }
 
     for _ in 0..LIST_CALLS {
@@ -306,7 +363,7 @@ async fn kube_suite(meter: &Meter, report: &mut Report) -> anyhow::Result<()> {
                 Ok(())
             })
             .await?;
-        report.add("list 10,000 (one request)", C, Target::Millis(TARGET_LIST_MS), s);
+        report.add("list 10,000 (one request)", c, Target::Millis(TARGET_LIST_MS), s);
         let s = meter
             .measure(1, || async {
                 let mut seen = 0;
@@ -323,9 +380,10 @@ async fn kube_suite(meter: &Meter, report: &mut Report) -> anyhow::Result<()> {
                 Ok(())
             })
             .await?;
-        report.add("list 10,000 (pages of 500)", C, Target::None, s);
+        report.add("list 10,000 (pages of 500)", c, Target::None, s);
     }
     drop(dc);
+    drop(etcd);
     Ok(())
 }
 
@@ -444,10 +502,10 @@ where
     Ok(())
 }
 
-async fn raw_suite(meter: &Meter, report: &mut Report) -> anyhow::Result<()> {
-    const C: &str = "raw HTTP/1.1";
+async fn raw_suite(meter: &Meter, report: &mut Report, storage: Storage) -> anyhow::Result<()> {
+    let c = storage.label("raw HTTP/1.1");
     const BASE: &str = "/api/v1/namespaces/bench/configmaps";
-    let dc = devcluster::start(devcluster::Config::default())?;
+    let (dc, etcd, meter) = start_devcluster(storage, meter)?;
     let url = dc.url();
     let mut conns = Vec::new();
     for _ in 0..CONCURRENCY {
@@ -475,14 +533,14 @@ async fn raw_suite(meter: &Meter, report: &mut Report) -> anyhow::Result<()> {
             })
         })
         .await?;
-    report.add("create (POST)", C, Target::Rate(TARGET_WRITES_PER_S), s);
+    report.add("create (POST)", c, storage.create_target(), s);
 
     let s = meter
         .measure(OBJECTS, || {
             raw_each(&mut conns, |i| ("GET", format!("{BASE}/cm-{i:05}"), "", Vec::new()))
         })
         .await?;
-    report.add("get", C, Target::None, s);
+    report.add("get", c, Target::None, s);
 
     for name in [
         "server-side apply, changes data",
@@ -500,7 +558,7 @@ async fn raw_suite(meter: &Meter, report: &mut Report) -> anyhow::Result<()> {
                 })
             })
             .await?;
-        report.add(name, C, Target::None, s);
+        report.add(name, c, Target::None, s);
     }
 
     for _ in 0..LIST_CALLS {
@@ -514,10 +572,11 @@ async fn raw_suite(meter: &Meter, report: &mut Report) -> anyhow::Result<()> {
         let list: serde_json::Value = serde_json::from_slice(&body)?;
         let n = list["items"].as_array().map_or(0, Vec::len);
         anyhow::ensure!(n == OBJECTS, "raw list returned {n} objects");
-        report.add("list 10,000 (one request)", C, Target::Millis(TARGET_LIST_MS), s);
+        report.add("list 10,000 (one request)", c, Target::Millis(TARGET_LIST_MS), s);
     }
     drop(conns);
     drop(dc);
+    drop(etcd);
     Ok(())
 }
 
@@ -667,7 +726,9 @@ fn render(report: &Report, runs: usize, load_before: &str, latencies: &mut [Dura
             16 requests in flight; **raw HTTP/1.1** = a minimal keep-alive client on 16 connections that \
             sends pre-serialized JSON and does not parse responses, to separate client cost from \
             devcluster's. CPU/op is process CPU time (client + server) per operation, the mean over all samples; \
-            *server* (in parentheses) counts devcluster's own threads only.\n\n";
+            *server* (in parentheses) counts devcluster's own threads only. Rows whose client says **etcd** ran \
+            on `--etcd` storage: a fresh single-member etcd 3.4 (Debian's etcd-server) per run, its data \
+            directory on disk so every commit is fsynced; *+ etcd* is that process's CPU per operation.\n\n";
     out += "| operation | client | median wall | min – max | median rate | CPU/op (server) | target | verdict |\n";
     out += "|---|---|---|---|---|---|---|---|\n";
     for sc in &report.scenarios {
@@ -683,13 +744,21 @@ fn render(report: &Report, runs: usize, load_before: &str, latencies: &mut [Dura
             sc.samples.iter().map(f).sum::<Duration>().as_secs_f64() * 1e6 / total_ops as f64
         };
         let (cpu_process, cpu_server) = (per_op(|s| s.cpu.process), per_op(|s| s.cpu.server));
-        let cpu = if sc.samples.iter().all(|s| s.cpu.process.is_zero()) {
+        let cpu_etcd = per_op(|s| s.cpu.etcd);
+        let mut cpu = if sc.samples.iter().all(|s| s.cpu.process.is_zero()) {
             "—".to_string()
         } else if ops == 1 {
             format!("{:.0} ms ({:.0} ms)", cpu_process / 1e3, cpu_server / 1e3)
         } else {
             format!("{cpu_process:.0} µs ({cpu_server:.0} µs)")
         };
+        if sc.samples.iter().any(|s| !s.cpu.etcd.is_zero()) {
+            cpu += &if ops == 1 {
+                format!(" + etcd {:.0} ms", cpu_etcd / 1e3)
+            } else {
+                format!(" + etcd {cpu_etcd:.0} µs")
+            };
+        }
         let wall = |v: f64| {
             if v >= 1000.0 {
                 format!("{:.2} s", v / 1e3)
@@ -742,7 +811,8 @@ fn render(report: &Report, runs: usize, load_before: &str, latencies: &mut [Dura
     );
     out += &format!(
         "\nTargets (foundation issue, on a 2-core machine): ≥ {TARGET_WRITES_PER_S:.0} simple writes/s (the \
-         `create` rows) and a list of 10,000 ConfigMaps in < {TARGET_LIST_MS:.0} ms (the one-request list rows).\n"
+         `create` rows) and a list of 10,000 ConfigMaps in < {TARGET_LIST_MS:.0} ms (the one-request list rows); \
+         with etcd (issue 10) ≥ {TARGET_ETCD_WRITES_PER_S:.0} creates/s.\n"
     );
     out += END;
     out += "\n";
@@ -807,15 +877,20 @@ async fn main() -> anyhow::Result<()> {
         .and_then(|v| v.parse().ok())
         .filter(|n| *n > 0)
         .unwrap_or(DEFAULT_RUNS);
-    let meter = Meter { ticks: clock_ticks() };
+    let meter = Meter {
+        ticks: clock_ticks(),
+        etcd_pid: None,
+    };
     let load_before = loadavg();
     let mut report = Report::default();
     let mut latencies = Vec::new();
     for run in 1..=runs {
         eprintln!("devcluster bench: run {run}/{runs}");
-        kube_suite(&meter, &mut report).await?;
-        raw_suite(&meter, &mut report).await?;
+        kube_suite(&meter, &mut report, Storage::Memory).await?;
+        raw_suite(&meter, &mut report, Storage::Memory).await?;
         watch_suite(&meter, &mut report, &mut latencies).await?;
+        kube_suite(&meter, &mut report, Storage::Etcd).await?;
+        raw_suite(&meter, &mut report, Storage::Etcd).await?;
     }
     report.note(
         "watch fan-out: 1,000 changes × 50 watchers",

@@ -37,13 +37,16 @@ pub struct EtcdServer {
 impl EtcdServer {
     /// Starts an etcd on free loopback ports and waits until it reports healthy.
     pub fn start() -> Self {
+        let shm = Path::new("/dev/shm");
+        Self::start_in(if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() }.as_path())
+    }
+
+    /// Like [`EtcdServer::start`], with the data directory under `parent` (the benchmark keeps it on disk, so
+    /// every commit pays for its fsync as in a real cluster).
+    pub fn start_in(parent: &Path) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("capstan-etcd-")
-            .tempdir_in(if Path::new("/dev/shm").is_dir() {
-                PathBuf::from("/dev/shm")
-            } else {
-                std::env::temp_dir()
-            })
+            .tempdir_in(parent)
             .expect("a temporary directory for etcd");
         let mut server = Self {
             child: None,
@@ -58,6 +61,11 @@ impl EtcdServer {
     /// `http://127.0.0.1:PORT`, for devcluster's `--etcd`.
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.client_port)
+    }
+
+    /// The etcd process's id while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     fn log_path(&self) -> PathBuf {
