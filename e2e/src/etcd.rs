@@ -37,8 +37,9 @@ pub struct EtcdServer {
 impl EtcdServer {
     /// Starts an etcd on free loopback ports and waits until it reports healthy.
     pub fn start() -> Self {
-        let shm = Path::new("/dev/shm");
-        Self::start_in(if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() }.as_path())
+        let shm = PathBuf::from("/dev/shm");
+        let parent = if shm.is_dir() { shm } else { std::env::temp_dir() };
+        Self::start_in(&parent)
     }
 
     /// Like [`EtcdServer::start`], with the data directory under `parent` (the benchmark keeps it on disk, so
