@@ -251,6 +251,17 @@ async fn dispatch(sh: &Arc<Shared>, ctx: &Ctx, body: Body) -> ApiResult<Response
                 .map(|(doc, _)| json_response(200, doc))
                 .ok_or_else(ApiError::no_such_path)
         }
+        ["openapi", "v2"] => {
+            only_get(ctx)?;
+            let cache = openapi::cache(sh);
+            let (doc, pb) = cache.v2();
+            let accept = ctx.accept.replace('@', ".");
+            if accept.contains(openapi::v2::PROTOBUF_RESPONSE) {
+                Ok(json_bytes(200, openapi::v2::PROTOBUF_RESPONSE, pb.clone()))
+            } else {
+                Ok(json_response(200, doc))
+            }
+        }
         ["api", v, rest @ ..] => resource(sh, ctx, "", v, rest, body).await,
         ["apis", g, v, rest @ ..] => resource(sh, ctx, g, v, rest, body).await,
         _ => Err(ApiError::no_such_path()),
@@ -526,13 +537,28 @@ async fn resource(
     }
 }
 
-/// DeleteOptions from the JSON body and the query (spec §12.1).
+/// The DeleteOptions body: JSON (kubectl, kube-rs) or protobuf (client-go typed clients such as Helm's).
+fn delete_body(content_type: &str, raw: &[u8]) -> ApiResult<Value> {
+    let media = content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    if media != crate::protobuf::CONTENT_TYPE {
+        return serde_json::from_slice(raw).map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")));
+    }
+    let v = crate::protobuf::decode(raw)?;
+    if v["kind"] != "DeleteOptions" {
+        return Err(ApiError::bad_request(format!(
+            "invalid DeleteOptions: the protobuf body carries a {}",
+            v["kind"].as_str().unwrap_or("")
+        )));
+    }
+    Ok(v)
+}
+
+/// DeleteOptions from the body and the query (spec §12.1).
 fn delete_opts(ctx: &Ctx, raw: &[u8]) -> ApiResult<DeleteOpts> {
     let mut o = DeleteOpts::default();
     let trimmed = raw.iter().any(|b| !b.is_ascii_whitespace());
     if trimmed {
-        let v: Value =
-            serde_json::from_slice(raw).map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?;
+        let v = delete_body(&ctx.content_type, raw)?;
         o.propagation = v["propagationPolicy"].as_str().map(str::to_string);
         o.orphan_dependents = v["orphanDependents"].as_bool();
         o.grace_period_seconds = match &v["gracePeriodSeconds"] {
