@@ -952,6 +952,115 @@ mod tests {
         }
     }
 
+    /// Helm's release-Secret DELETE (client-go typed client): an empty DeleteOptions under apiVersion v1.
+    #[test]
+    fn helm_delete_options() {
+        let got = decode(&unhex("6b3873000a130a027631120d44656c6574654f7074696f6e7312001a002200")).unwrap();
+        assert_eq!(got, json!({"apiVersion": "v1", "kind": "DeleteOptions"}));
+        let raw = [
+            v(1, 0),
+            m(2, &[s(1, "u-1"), s(2, "42")]),
+            s(4, "Foreground"),
+            s(5, "All"),
+        ]
+        .concat();
+        let got = decode(&envelope("apps/v1", "DeleteOptions", &raw)).unwrap();
+        assert_eq!(
+            got,
+            json!({"apiVersion": "apps/v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0,
+                   "preconditions": {"uid": "u-1", "resourceVersion": "42"},
+                   "propagationPolicy": "Foreground", "dryRun": ["All"]})
+        );
+    }
+
+    fn fixed64(num: u64, f: f64) -> Vec<u8> {
+        let mut out = Vec::new();
+        varint(num << 3 | 1, &mut out);
+        out.extend(f.to_le_bytes());
+        out
+    }
+
+    #[test]
+    fn crd_schemas_nest_and_keep_their_unions() {
+        let leaf = [
+            s(5, "integer"),
+            fixed64(9, 10.0),
+            fixed64(11, 0.5),
+            bytes(8, &s(1, "3")),
+        ]
+        .concat();
+        let props = [
+            entry(29, "replicas", &leaf),
+            entry(
+                29,
+                "tags",
+                &[s(5, "array"), m(24, &[bytes(1, &s(5, "string"))])].concat(),
+            ),
+            entry(29, "labels", &[s(5, "object"), m(30, &[v(1, 1)])].concat()),
+            v(38, 1),
+        ]
+        .concat();
+        let spec_schema = [s(5, "object"), props].concat();
+        let root = [s(5, "object"), entry(29, "spec", &spec_schema)].concat();
+        let version = [s(1, "v1"), v(2, 1), v(3, 1), m(4, &[bytes(1, &root)])].concat();
+        let names = [s(1, "widgets"), s(4, "Widget")].concat();
+        let spec = [
+            s(1, "example.com"),
+            bytes(3, &names),
+            s(4, "Namespaced"),
+            bytes(7, &version),
+        ]
+        .concat();
+        let raw = [bytes(1, &object_meta("widgets.example.com", "", &[])), bytes(2, &spec)].concat();
+        let got = decode(&envelope("apiextensions.k8s.io/v1", "CustomResourceDefinition", &raw)).unwrap();
+        let schema = &got["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+        assert_eq!(
+            schema["properties"]["replicas"],
+            json!({"type": "integer", "maximum": 10, "minimum": 0.5, "default": 3})
+        );
+        assert_eq!(schema["properties"]["tags"]["items"], json!({"type": "string"}));
+        assert_eq!(schema["properties"]["labels"]["additionalProperties"], true);
+        assert_eq!(schema["x-kubernetes-preserve-unknown-fields"], true);
+        assert_eq!(got["spec"]["names"], json!({"plural": "widgets", "kind": "Widget"}));
+        assert_eq!(got["spec"]["versions"][0]["served"], true);
+    }
+
+    #[test]
+    fn lease_micro_times_and_packed_repeated_integers() {
+        let lease = [
+            s(1, "holder"),
+            v(2, 15),
+            m(3, &[v(1, 1_795_000_000), v(2, 123_456_000)]),
+        ]
+        .concat();
+        let got = decode(&envelope(
+            "coordination.k8s.io/v1",
+            "Lease",
+            &[bytes(1, &object_meta("l", "", &[])), bytes(2, &lease)].concat(),
+        ))
+        .unwrap();
+        assert_eq!(
+            got["spec"],
+            json!({"holderIdentity": "holder", "leaseDurationSeconds": 15, "acquireTime": "2026-11-18T11:06:40.123456Z"})
+        );
+        // supplementalGroups []int64, packed as a proto3 writer would.
+        let mut packed = Vec::new();
+        for g in [1000u64, 2000] {
+            varint(g, &mut packed);
+        }
+        let spec = [m(2, &[s(1, "c")]), m(14, &[bytes(4, &packed)])].concat();
+        let got = decode(&envelope(
+            "v1",
+            "Pod",
+            &[bytes(1, &object_meta("p", "", &[])), bytes(2, &spec)].concat(),
+        ))
+        .unwrap();
+        assert_eq!(
+            got["spec"]["securityContext"]["supplementalGroups"],
+            json!([1000, 2000])
+        );
+    }
+
     proptest::proptest! {
         #[test]
         fn decode_never_panics(body in proptest::collection::vec(proptest::num::u8::ANY, 0..256)) {
