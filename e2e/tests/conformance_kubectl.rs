@@ -1386,11 +1386,23 @@ async fn a_pod_that_ignores_sigterm_terminates_for_its_grace_period_unless_force
     assert!(out.contains("force deleted"), "{out}");
     assert_not_found(&tc, &ns, "pod/stubborn").await;
 
-    // A shorter grace period on a Pod: it goes once the kubelet has waited that long.
-    tc.kubectl_ok(&["delete", "pod", "short", "-n", &ns, "--grace-period=1", "--wait=false"])
-        .await;
-    let live = get_json(&tc, &ns, "pod/short", &[]).await;
-    assert_eq!(live["metadata"]["deletionGracePeriodSeconds"], 1, "{live:#}");
+    // A shorter grace period on a Pod: the DELETE answers with the terminating Pod, which goes once the
+    // kubelet has waited that long.
+    let params = kube::api::DeleteParams {
+        grace_period_seconds: Some(2),
+        ..Default::default()
+    };
+    let terminating = pods
+        .delete("short", &params)
+        .await
+        .expect("DELETE")
+        .left()
+        .expect("the Pod, still there");
+    assert_eq!(
+        terminating.metadata.deletion_grace_period_seconds,
+        Some(2),
+        "{terminating:?}"
+    );
     tc.kubectl_ok(&["wait", "--for=delete", "pod/short", "-n", &ns, "--timeout=30s"])
         .await;
 }

@@ -1341,6 +1341,16 @@ pub fn pod_grace_period(ri: &ResourceInfo, pod: &Value, o: &DeleteOpts) -> i64 {
     }
 }
 
+/// `deletionTimestamp` for a grace period: now for 0, else when the period ends, rounded up to the second the
+/// timestamp is written with so that the period is never cut short.
+fn deletion_deadline(grace: i64) -> String {
+    if grace <= 0 {
+        return now_secs();
+    }
+    let at = Utc::now() + chrono::Duration::seconds(grace) + chrono::Duration::nanoseconds(999_999_999);
+    at.to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
 /// A DELETE of an object whose graceful deletion is already under way: a shorter grace period moves
 /// `deletionTimestamp` forward (0 deletes it now, unless finalizers hold it); anything else changes nothing.
 /// `None` when no graceful deletion is pending.
@@ -1427,12 +1437,8 @@ pub fn delete(sh: &Shared, ri: &ResourceInfo, ns: Option<&str>, name: &str, o: &
         let mut new = (*old).clone();
         set_finalizers(&mut new, &fins);
         if !is_deleting(&old) {
-            let at = Utc::now() + chrono::Duration::seconds(grace);
             let m = meta_mut(&mut new);
-            m.insert(
-                "deletionTimestamp".into(),
-                json!(at.to_rfc3339_opts(SecondsFormat::Secs, true)),
-            );
+            m.insert("deletionTimestamp".into(), json!(deletion_deadline(grace)));
             m.insert("deletionGracePeriodSeconds".into(), json!(grace));
             if old.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0) > 0 {
                 bump_generation(&mut new);
