@@ -263,7 +263,7 @@ fn list_extensions(rules: &Builtin, path: &[&str]) -> Map<String, Value> {
 }
 
 /// The names of `roots` and every definition they reference, transitively.
-pub fn closure<'a>(defs: &'a Map<String, Value>, roots: impl IntoIterator<Item = String>) -> Vec<&'a str> {
+pub fn closure(defs: &Map<String, Value>, roots: impl IntoIterator<Item = String>) -> Vec<&str> {
     let mut seen: HashSet<&str> = HashSet::new();
     let mut stack: Vec<String> = roots.into_iter().collect();
     let mut out = Vec::new();
