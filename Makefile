@@ -10,12 +10,14 @@ help: ## list the verbs
 build: ## build every binary (capstan, devcluster)
 	$(CARGO) build --workspace --bins
 
-test: ## build once, then run every test (unit, conformance, e2e)
+test: ## build once, then run every test (unit, conformance, e2e), and the conformance suites again on etcd
 	$(CARGO) build --workspace --tests --bins
 ifeq ($(NEXTEST),yes)
 	$(CARGO) nextest run --workspace --no-fail-fast
+	CAPSTAN_E2E_ETCD=1 $(CARGO) nextest run --workspace --no-fail-fast -E 'binary(/^conformance_/)'
 else
 	$(CARGO) test --workspace --no-fail-fast
+	CAPSTAN_E2E_ETCD=1 $(CARGO) test -p capstan-e2e --no-fail-fast --test 'conformance_*'
 endif
 
 crds: ## regenerate crds/ (and the Helm chart's copy) from the Rust types

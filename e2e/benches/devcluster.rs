@@ -11,6 +11,8 @@
 //! authentication and an RBAC decision as it would on a real cluster.
 //!
 //! Then the fan-out of 1,000 changes to 50 concurrent kube-rs watchers, with per-event delivery latency.
+//! The create/get/apply/list suites run a second time on `--etcd` storage: a local etcd (Debian's
+//! etcd-server) whose data directory is on disk, started fresh for each run; their CPU adds etcd's.
 //! Every scenario runs on a fresh devcluster, `CAPSTAN_BENCH_RUNS` times (default 3); the report gives the
 //! median and the min–max spread, plus CPU time per operation (whole process, and devcluster's own threads).
 //!
@@ -29,6 +31,8 @@ use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
+use capstan_e2e::etcd::EtcdServer;
+
 const OBJECTS: usize = 10_000;
 const CONCURRENCY: usize = 16;
 const WATCHERS: usize = 50;
@@ -38,6 +42,8 @@ const LIST_CALLS: usize = 5;
 const DEFAULT_RUNS: usize = 3;
 /// Targets from the foundation issue.
 const TARGET_WRITES_PER_S: f64 = 2_000.0;
+/// Target for creates with `--etcd` (devcluster issue 10).
+const TARGET_ETCD_WRITES_PER_S: f64 = 1_000.0;
 const TARGET_LIST_MS: f64 = 200.0;
 
 const START: &str = "<!-- devcluster-bench:start -->";
@@ -46,11 +52,12 @@ const END: &str = "<!-- devcluster-bench:end -->";
 // ------------------------------------------------------------------------------------------------
 // Measurements
 
-/// CPU time consumed so far: the whole process, and devcluster's threads alone.
+/// CPU time consumed so far: the whole process, devcluster's threads alone, and the etcd process.
 #[derive(Clone, Copy, Default)]
 struct Cpu {
     process: Duration,
     server: Duration,
+    etcd: Duration,
 }
 
 fn clock_ticks() -> f64 {
@@ -75,7 +82,7 @@ fn stat_ticks(path: &std::path::Path) -> Option<(String, u64)> {
     Some((comm, utime + stime))
 }
 
-fn cpu_now(ticks: f64) -> Cpu {
+fn cpu_now(ticks: f64, etcd_pid: Option<u32>) -> Cpu {
     let to = |t: u64| Duration::from_secs_f64(t as f64 / ticks);
     let process = stat_ticks(std::path::Path::new("/proc/self/stat"))
         .map(|(_, t)| t)
@@ -84,18 +91,22 @@ fn cpu_now(ticks: f64) -> Cpu {
     if let Ok(dir) = std::fs::read_dir("/proc/self/task") {
         for task in dir.flatten() {
             if let Some((comm, t)) = stat_ticks(&task.path().join("stat")) {
-                // devcluster's threads are "devcluster" and "devcluster-worker" (comm is cut at 15 bytes).
-                // Not a prefix match: this bench's own main thread is named after the binary,
-                // `devcluster-<hash>`, and runs the client's main task.
-                if comm == "devcluster" || comm == "devcluster-work" {
+                // devcluster's threads are "devcluster", "devcluster-worker" and "devcluster-etcd" (comm is
+                // cut at 15 bytes). Not a prefix match: this bench's own main thread is named after the
+                // binary, `devcluster-<hash>`, and runs the client's main task.
+                if comm == "devcluster" || comm == "devcluster-work" || comm == "devcluster-etcd" {
                     server += t;
                 }
             }
         }
     }
+    let etcd = etcd_pid
+        .and_then(|pid| stat_ticks(&std::path::Path::new("/proc").join(pid.to_string()).join("stat")))
+        .map_or(0, |(_, t)| t);
     Cpu {
         process: to(process),
         server: to(server),
+        etcd: to(etcd),
     }
 }
 
@@ -107,8 +118,11 @@ struct Sample {
     cpu: Cpu,
 }
 
+#[derive(Clone, Copy)]
 struct Meter {
     ticks: f64,
+    /// The etcd of the devcluster being measured, if any.
+    etcd_pid: Option<u32>,
 }
 
 impl Meter {
@@ -117,17 +131,18 @@ impl Meter {
         F: FnOnce() -> Fut,
         Fut: std::future::Future<Output = anyhow::Result<()>>,
     {
-        let cpu0 = cpu_now(self.ticks);
+        let cpu0 = cpu_now(self.ticks, self.etcd_pid);
         let start = Instant::now();
         f().await?;
         let elapsed = start.elapsed();
-        let cpu1 = cpu_now(self.ticks);
+        let cpu1 = cpu_now(self.ticks, self.etcd_pid);
         Ok(Sample {
             elapsed,
             ops,
             cpu: Cpu {
                 process: cpu1.process.saturating_sub(cpu0.process),
                 server: cpu1.server.saturating_sub(cpu0.server),
+                etcd: cpu1.etcd.saturating_sub(cpu0.etcd),
             },
         })
     }
@@ -233,32 +248,49 @@ async fn kube_client(dc: &devcluster::DevCluster) -> anyhow::Result<Client> {
     client_from(&dc.kubeconfig_yaml()).await
 }
 
-/// How the clients reach devcluster.
+/// How the clients reach devcluster, and where it keeps its objects.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Transport {
+enum Setup {
+    /// HTTPS, objects in memory (the default).
     Https,
+    /// `--insecure-http`, objects in memory.
     Http,
+    /// HTTPS, objects in a fresh etcd whose data is on disk.
+    HttpsEtcd,
 }
 
-impl Transport {
-    fn start(self) -> anyhow::Result<devcluster::DevCluster> {
-        devcluster::start(devcluster::Config {
-            insecure_http: self == Transport::Http,
-            ..Default::default()
-        })
+impl Setup {
+    /// A fresh devcluster (with a fresh etcd for [`Setup::HttpsEtcd`]) and the meter for it.
+    fn start(self, meter: &Meter) -> anyhow::Result<(devcluster::DevCluster, Option<EtcdServer>, Meter)> {
+        let etcd = (self == Setup::HttpsEtcd).then(|| EtcdServer::start_in(&std::env::temp_dir()));
+        let dc = devcluster::start(devcluster::Config {
+            insecure_http: self == Setup::Http,
+            etcd: etcd.as_ref().map(EtcdServer::url),
+            ..devcluster::Config::default()
+        })?;
+        let meter = Meter {
+            etcd_pid: etcd.as_ref().and_then(EtcdServer::pid),
+            ..*meter
+        };
+        Ok((dc, etcd, meter))
     }
 
-    fn kube(self) -> &'static str {
-        match self {
-            Transport::Https => "kube-rs, HTTPS",
-            Transport::Http => "kube-rs, HTTP",
+    /// The client column of the report.
+    fn label(self, client: &'static str) -> &'static str {
+        match (self, client) {
+            (Setup::Https, "kube-rs") => "kube-rs, HTTPS",
+            (Setup::Https, _) => "raw HTTP/1.1, HTTPS",
+            (Setup::Http, "kube-rs") => "kube-rs, HTTP",
+            (Setup::Http, _) => "raw HTTP/1.1, HTTP",
+            (Setup::HttpsEtcd, "kube-rs") => "kube-rs, HTTPS, etcd",
+            (Setup::HttpsEtcd, _) => "raw HTTP/1.1, HTTPS, etcd",
         }
     }
 
-    fn raw(self) -> &'static str {
+    fn create_target(self) -> Target {
         match self {
-            Transport::Https => "raw HTTP/1.1, HTTPS",
-            Transport::Http => "raw HTTP/1.1, HTTP",
+            Setup::HttpsEtcd => Target::Rate(TARGET_ETCD_WRITES_PER_S),
+            _ => Target::Rate(TARGET_WRITES_PER_S),
         }
     }
 }
@@ -322,9 +354,9 @@ where
     Ok(())
 }
 
-async fn kube_suite(meter: &Meter, report: &mut Report, transport: Transport) -> anyhow::Result<()> {
-    let c = transport.kube();
-    let dc = transport.start()?;
+async fn kube_suite(meter: &Meter, report: &mut Report, setup: Setup) -> anyhow::Result<()> {
+    let c = setup.label("kube-rs");
+    let (dc, etcd, meter) = setup.start(meter)?;
     let token = bench_account(&dc, "bench").await?;
     let client = client_from(&dc.kubeconfig_for_token("bench", &token)).await?;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "bench");
@@ -337,7 +369,7 @@ async fn kube_suite(meter: &Meter, report: &mut Report, transport: Transport) ->
             })
         })
         .await?;
-    report.add("create (POST)", c, Target::Rate(TARGET_WRITES_PER_S), s);
+    report.add("create (POST)", c, setup.create_target(), s);
 
     let s = meter
         .measure(OBJECTS, || {
@@ -399,6 +431,7 @@ async fn kube_suite(meter: &Meter, report: &mut Report, transport: Transport) ->
         report.add("list 10,000 (pages of 500)", c, Target::None, s);
     }
     drop(dc);
+    drop(etcd);
     Ok(())
 }
 
@@ -548,10 +581,10 @@ where
     Ok(())
 }
 
-async fn raw_suite(meter: &Meter, report: &mut Report, transport: Transport) -> anyhow::Result<()> {
-    let c = transport.raw();
+async fn raw_suite(meter: &Meter, report: &mut Report, setup: Setup) -> anyhow::Result<()> {
+    let c = setup.label("raw HTTP/1.1");
     const BASE: &str = "/api/v1/namespaces/bench/configmaps";
-    let dc = transport.start()?;
+    let (dc, etcd, meter) = setup.start(meter)?;
     let token = bench_account(&dc, "bench").await?;
     let mut conns = Vec::new();
     for _ in 0..CONCURRENCY {
@@ -571,7 +604,7 @@ async fn raw_suite(meter: &Meter, report: &mut Report, transport: Transport) -> 
             })
         })
         .await?;
-    report.add("create (POST)", c, Target::Rate(TARGET_WRITES_PER_S), s);
+    report.add("create (POST)", c, setup.create_target(), s);
 
     let s = meter
         .measure(OBJECTS, || {
@@ -614,6 +647,7 @@ async fn raw_suite(meter: &Meter, report: &mut Report, transport: Transport) -> 
     }
     drop(conns);
     drop(dc);
+    drop(etcd);
     Ok(())
 }
 
@@ -765,7 +799,9 @@ fn render(report: &Report, runs: usize, load_before: &str, latencies: &mut [Dura
             devcluster's. **HTTPS** = TLS 1.3 with the cluster CA (the default); **HTTP** = `--insecure-http`. \
             Both authenticate as a ServiceAccount token bound to `edit` in the namespace, so every request \
             is token-authenticated and RBAC-authorized; the watch fan-out uses the admin kubeconfig over \
-            HTTPS. CPU/op is process CPU time (client + server) per operation, the mean over all samples; \
+            HTTPS. Rows whose client says **etcd** ran on `--etcd` storage (HTTPS): a fresh \
+            single-member etcd 3.4 (Debian's etcd-server) per run, its data directory on disk so every commit is \
+            fsynced; *+ etcd* is that process's CPU per operation. CPU/op is process CPU time (client + server) per operation, the mean over all samples; \
             *server* (in parentheses) counts devcluster's own threads only.\n\n";
     out += "| operation | client | median wall | min – max | median rate | CPU/op (server) | target | verdict |\n";
     out += "|---|---|---|---|---|---|---|---|\n";
@@ -782,13 +818,21 @@ fn render(report: &Report, runs: usize, load_before: &str, latencies: &mut [Dura
             sc.samples.iter().map(f).sum::<Duration>().as_secs_f64() * 1e6 / total_ops as f64
         };
         let (cpu_process, cpu_server) = (per_op(|s| s.cpu.process), per_op(|s| s.cpu.server));
-        let cpu = if sc.samples.iter().all(|s| s.cpu.process.is_zero()) {
+        let cpu_etcd = per_op(|s| s.cpu.etcd);
+        let mut cpu = if sc.samples.iter().all(|s| s.cpu.process.is_zero()) {
             "—".to_string()
         } else if ops == 1 {
             format!("{:.0} ms ({:.0} ms)", cpu_process / 1e3, cpu_server / 1e3)
         } else {
             format!("{cpu_process:.0} µs ({cpu_server:.0} µs)")
         };
+        if sc.samples.iter().any(|s| !s.cpu.etcd.is_zero()) {
+            cpu += &if ops == 1 {
+                format!(" + etcd {:.0} ms", cpu_etcd / 1e3)
+            } else {
+                format!(" + etcd {cpu_etcd:.0} µs")
+            };
+        }
         let wall = |v: f64| {
             if v >= 1000.0 {
                 format!("{:.2} s", v / 1e3)
@@ -841,7 +885,8 @@ fn render(report: &Report, runs: usize, load_before: &str, latencies: &mut [Dura
     );
     out += &format!(
         "\nTargets (foundation issue, on a 2-core machine): ≥ {TARGET_WRITES_PER_S:.0} simple writes/s (the \
-         `create` rows) and a list of 10,000 ConfigMaps in < {TARGET_LIST_MS:.0} ms (the one-request list rows).\n"
+         `create` rows) and a list of 10,000 ConfigMaps in < {TARGET_LIST_MS:.0} ms (the one-request list rows); \
+         with etcd (issue 10) ≥ {TARGET_ETCD_WRITES_PER_S:.0} creates/s.\n"
     );
     out += END;
     out += "\n";
@@ -906,17 +951,22 @@ async fn main() -> anyhow::Result<()> {
         .and_then(|v| v.parse().ok())
         .filter(|n| *n > 0)
         .unwrap_or(DEFAULT_RUNS);
-    let meter = Meter { ticks: clock_ticks() };
+    let meter = Meter {
+        ticks: clock_ticks(),
+        etcd_pid: None,
+    };
     let load_before = loadavg();
     let mut report = Report::default();
     let mut latencies = Vec::new();
     for run in 1..=runs {
         eprintln!("devcluster bench: run {run}/{runs}");
-        for transport in [Transport::Https, Transport::Http] {
-            kube_suite(&meter, &mut report, transport).await?;
-            raw_suite(&meter, &mut report, transport).await?;
+        for setup in [Setup::Https, Setup::Http] {
+            kube_suite(&meter, &mut report, setup).await?;
+            raw_suite(&meter, &mut report, setup).await?;
         }
         watch_suite(&meter, &mut report, &mut latencies).await?;
+        kube_suite(&meter, &mut report, Setup::HttpsEtcd).await?;
+        raw_suite(&meter, &mut report, Setup::HttpsEtcd).await?;
     }
     report.note(
         "watch fan-out: 1,000 changes × 50 watchers",

@@ -15,15 +15,21 @@ use kube::{
 use tempfile::TempDir;
 use tokio::sync::OnceCell;
 
+use crate::etcd::EtcdServer;
 use crate::kubectl::{Kubectl, KubectlOutput, KubectlWatch};
 use crate::raw_http::Endpoint;
 
 /// An in-process devcluster with a kubeconfig and a kubectl cache of its own.
 ///
-/// Dropping it shuts the server down and deletes the temporary directory.
+/// Its objects live in memory, or in an etcd of its own when `CAPSTAN_E2E_ETCD=1` (see [`crate::etcd`]),
+/// so the same tests run against both storage backends. Dropping it shuts the server down, then etcd, and
+/// deletes the temporary directory.
 pub struct TestCluster {
-    // Declared first so the server stops before its kubeconfig disappears.
-    dev: DevCluster,
+    // Declared first so the server stops before its storage and its kubeconfig disappear. `None` only
+    // inside `restart`.
+    dev: Option<DevCluster>,
+    etcd: Option<EtcdServer>,
+    config: devcluster::Config,
     dir: TempDir,
     kubectl: Kubectl,
     client: OnceCell<Client>,
@@ -35,19 +41,31 @@ impl TestCluster {
         Self::start_with(devcluster::Config::default())
     }
 
-    /// Starts a devcluster with `config`, for tests that tune history or bookmarks.
-    pub fn start_with(config: devcluster::Config) -> Self {
-        let dev = devcluster::start(config).expect("devcluster starts");
+    /// Starts a devcluster with `config`, for tests that tune history or bookmarks. Without an `etcd` in
+    /// `config`, `CAPSTAN_E2E_ETCD=1` gives it an etcd of its own.
+    pub fn start_with(mut config: devcluster::Config) -> Self {
+        let etcd = (config.etcd.is_none() && crate::etcd::requested()).then(EtcdServer::start);
+        if let Some(e) = &etcd {
+            config.etcd = Some(e.url());
+        }
         let dir = tempfile::Builder::new()
             .prefix("capstan-e2e-")
             .tempdir()
             .expect("a temporary directory");
+        // Keys and certificates on disk, so a restarted server (see `restart`) keeps the CA, the admin token
+        // and the ServiceAccount token signing key its clients hold.
+        if config.tls_cert_dir.is_none() {
+            config.tls_cert_dir = Some(dir.path().join("pki"));
+        }
+        let dev = devcluster::start(config.clone()).expect("devcluster starts");
         let kubeconfig = dir.path().join("kubeconfig");
         dev.write_kubeconfig(&kubeconfig)
             .expect("the kubeconfig can be written");
         let kubectl = Kubectl::new(kubeconfig, dir.path().join("kubectl-cache"));
         Self {
-            dev,
+            dev: Some(dev),
+            etcd,
+            config,
             dir,
             kubectl,
             client: OnceCell::new(),
@@ -56,19 +74,43 @@ impl TestCluster {
 
     /// The server itself, for its test hooks (compaction, faults, latency).
     pub fn dev(&self) -> &DevCluster {
-        &self.dev
+        self.dev.as_ref().expect("devcluster is running")
+    }
+
+    /// The etcd this cluster's devcluster keeps its objects in, when it has one of its own.
+    pub fn etcd(&mut self) -> Option<&mut EtcdServer> {
+        self.etcd.as_mut()
+    }
+
+    /// Stops devcluster and starts a new one with the same configuration on the same address, as a restarted
+    /// API server: clients (kubectl, kube-rs) keep their kubeconfig. Only storage outside the process (etcd)
+    /// survives.
+    pub fn restart(&mut self) {
+        let old = self.dev.take().expect("devcluster is running");
+        let listen: std::net::SocketAddr = old
+            .url()
+            .trim_start_matches("https://")
+            .trim_start_matches("http://")
+            .parse()
+            .expect("devcluster listens on an IP address");
+        old.shutdown();
+        let config = devcluster::Config {
+            listen,
+            ..self.config.clone()
+        };
+        self.dev = Some(devcluster::start(config).expect("devcluster restarts"));
     }
 
     pub fn url(&self) -> String {
-        self.dev.url()
+        self.dev().url()
     }
 
     /// The server for raw requests, as the admin user.
     pub fn endpoint(&self) -> Endpoint {
         Endpoint {
-            url: self.dev.url(),
-            ca_pem: Some(self.dev.ca_pem()),
-            token: Some(self.dev.admin_token()),
+            url: self.dev().url(),
+            ca_pem: Some(self.dev().ca_pem()),
+            token: Some(self.dev().admin_token()),
         }
     }
 
@@ -85,19 +127,19 @@ impl TestCluster {
     /// server exactly as a user would configure them. Built once per test.
     pub async fn client(&self) -> Client {
         self.client
-            .get_or_init(|| async { client_from_yaml(&self.dev.kubeconfig_yaml()).await })
+            .get_or_init(|| async { client_from_yaml(&self.dev().kubeconfig_yaml()).await })
             .await
             .clone()
     }
 
     /// A kube-rs client authenticating with `token` (HTTPS with the cluster CA, like the admin client).
     pub async fn client_with_token(&self, token: &str) -> Client {
-        client_from_yaml(&self.dev.kubeconfig_for_token("token-user", token)).await
+        client_from_yaml(&self.dev().kubeconfig_for_token("token-user", token)).await
     }
 
     /// kubectl with its own kubeconfig whose user authenticates with `token`; `name` names the files.
     pub fn kubectl_with_token(&self, name: &str, token: &str) -> Kubectl {
-        self.kubectl_with_kubeconfig(name, &self.dev.kubeconfig_for_token(name, token))
+        self.kubectl_with_kubeconfig(name, &self.dev().kubeconfig_for_token(name, token))
     }
 
     /// kubectl with its own kubeconfig (written under [`TestCluster::dir`] as `<name>.kubeconfig`).
@@ -109,7 +151,7 @@ impl TestCluster {
 
     /// A token for ServiceAccount `namespace/name` from the TokenRequest API, valid for an hour.
     pub fn create_token(&self, namespace: &str, name: &str) -> String {
-        self.dev
+        self.dev()
             .create_token(namespace, name, 3600)
             .unwrap_or_else(|e| panic!("a token for {namespace}/{name}: {e}"))
     }
@@ -141,7 +183,7 @@ impl TestCluster {
 
     /// Every request the server has answered so far, oldest first.
     pub fn requests(&self) -> Vec<RequestRecord> {
-        self.dev.request_log()
+        self.dev().request_log()
     }
 
     /// kubectl bound to this cluster, for code that only needs the runner.

@@ -13,6 +13,8 @@
 //! - [`fixtures`]: the test custom resource (`Widget`) and manifest builders;
 //! - [`check`]: reading kubectl tables and JSON, kube-rs API errors and managedFields;
 //! - [`watching`]: kube-runtime watchers as comparable event strings, read with deadlines;
+//! - [`etcd`]: a real etcd per test for devcluster's `--etcd` storage (`CAPSTAN_E2E_ETCD=1` puts every
+//!   [`TestCluster`] on one);
 //! - [`process`]: long-running binaries (`devcluster`, `capstan`) with captured output and SIGTERM;
 //! - [`hub`]: `capstan-hub`, the reporter protocol's receiver, as a process, with its fault switches,
 //!   invariant check and a client that talks to it like a reporter.
@@ -23,6 +25,7 @@
 pub mod capstan;
 pub mod check;
 pub mod cluster;
+pub mod etcd;
 pub mod fixtures;
 pub mod git;
 pub mod hub;

@@ -11,6 +11,7 @@ use capstan_e2e::{
     requests::{format_log, is_watch, matching, query_param},
     TestCluster, TIMEOUT,
 };
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
     api::{ListParams, Patch, PatchParams},
@@ -1195,4 +1196,251 @@ async fn secret_string_data_is_stored_base64_encoded_in_data() {
     );
     assert!(live.get("stringData").is_none(), "stringData is write-only: {live:#}");
     assert_eq!(live["type"], "Opaque", "the type defaults to Opaque");
+}
+
+/// Applies the chart's CRDs (Capstan's own kinds) with kubectl and waits until they are served.
+async fn install_capstan_crds(tc: &TestCluster) {
+    let dir = capstan_e2e::capstan::workspace_root().join("crds");
+    let dir = dir.to_str().expect("a UTF-8 path");
+    tc.kubectl_ok(&["apply", "-f", dir]).await;
+    tc.kubectl_ok(&["wait", "--for=condition=Established", "crd", "--all", "--timeout=30s"])
+        .await;
+}
+
+#[tokio::test]
+async fn explain_describes_builtin_and_custom_resource_fields() {
+    let tc = TestCluster::start();
+    install_capstan_crds(&tc).await;
+
+    let replicas = tc.kubectl_ok(&["explain", "deployment.spec.replicas"]).await;
+    assert!(replicas.contains("KIND:       Deployment"), "{replicas}");
+    assert!(replicas.contains("FIELD: replicas <integer>"), "{replicas}");
+    assert!(replicas.contains("Number of desired pods"), "{replicas}");
+
+    let containers = tc.kubectl_ok(&["explain", "pods.spec.containers"]).await;
+    assert!(containers.contains("FIELD: containers <[]Container>"), "{containers}");
+    assert!(containers.contains("image\t<string>"), "{containers}");
+
+    let spec = tc.kubectl_ok(&["explain", "applications.capstan.dev.spec"]).await;
+    assert!(spec.contains("GROUP:      capstan.dev"), "{spec}");
+    assert!(spec.contains("KIND:       Application"), "{spec}");
+    assert!(spec.contains("destination\t<Object> -required-"), "{spec}");
+    let meta = tc
+        .kubectl_ok(&["explain", "applications.capstan.dev.metadata.name"])
+        .await;
+    assert!(meta.contains("FIELD: name <string>"), "{meta}");
+}
+
+#[tokio::test]
+async fn apply_of_a_list_validates_its_items_against_openapi_v2() {
+    let tc = TestCluster::start();
+    let ns = tc.with_namespace("list").await;
+    install_capstan_crds(&tc).await;
+    let app = json!({"apiVersion": "capstan.dev/v1alpha1", "kind": "Application",
+        "metadata": {"name": "guestbook", "namespace": ns},
+        "spec": {"source": {"repoURL": "https://example.com/repo.git", "path": "guestbook"},
+                 "destination": {"namespace": ns}}});
+    let list = |extra: Value| {
+        let mut cm = configmap(&ns, "cfg", json!({"a": "1"}));
+        if let (Some(o), Some(e)) = (cm.as_object_mut(), extra.as_object()) {
+            o.extend(e.clone());
+        }
+        let items = [cm, deployment(&ns, "web", "nginx:1", json!({})), app.clone()];
+        serde_json::to_string(&json!({"apiVersion": "v1", "kind": "List", "items": items})).expect("JSON")
+    };
+
+    tc.dev().clear_request_log();
+    let out = tc.apply(&list(json!({})), &[]).await;
+    for created in [
+        "configmap/cfg created",
+        "deployment.apps/web created",
+        "application.capstan.dev/guestbook created",
+    ] {
+        assert!(out.contains(created), "expected {created:?} in:\n{out}");
+    }
+    let log = tc.requests();
+    let v2 = matching(&log, "GET", "/openapi/v2");
+    assert!(!v2.is_empty(), "{}", format_log(&log));
+    assert!(v2[0].accept.contains("protobuf"), "{}", format_log(&log));
+    assert_eq!(v2[0].status, 200);
+
+    // kubectl validates each item against the v2 schemas itself: an unknown field never reaches the server.
+    tc.dev().clear_request_log();
+    let bad = tc
+        .kubectl_runner()
+        .fails_with_stdin(&["apply", "-f", "-"], &list(json!({"bogus": 1})))
+        .await;
+    assert!(
+        bad.stderr
+            .contains(r#"unknown field "bogus" in io.k8s.api.core.v1.ConfigMap"#),
+        "{}",
+        bad.stderr
+    );
+    let log = tc.requests();
+    assert!(
+        log.iter().all(|r| r.method == "GET"),
+        "nothing was written:\n{}",
+        format_log(&log)
+    );
+}
+
+#[tokio::test]
+async fn watches_with_client_go_streaming_lists_start_without_a_resource_version() {
+    let tc = TestCluster::start();
+    let ns = tc.with_namespace("watchlist").await;
+    let held = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "held", "namespace": ns, "finalizers": [HOLD]}});
+    tc.apply(&to_yaml(&[held]), &[]).await;
+    tc.dev().clear_request_log();
+
+    // kubectl delete waits for the object with an informer; with client-go's WatchListClient feature on, the
+    // informer starts with a streaming list: sendInitialEvents=true and no resourceVersion.
+    let mut cmd = tc
+        .kubectl_runner()
+        .command(&["delete", "cm", "held", "-n", &ns, "--timeout=60s"]);
+    let deleting = cmd.env("KUBE_FEATURE_WatchListClient", "true").output();
+    let path = format!("/api/v1/namespaces/{ns}/configmaps");
+    let streaming_started = async {
+        capstan_e2e::wait_until("kubectl's streaming list", TIMEOUT, capstan_e2e::POLL, || {
+            let log = tc.requests();
+            let started = matching(&log, "GET", &path)
+                .iter()
+                .any(|r| is_watch(r) && query_param(r, "sendInitialEvents").as_deref() == Some("true"));
+            async move { started }
+        })
+        .await;
+        remove_finalizers(&tc, &ns, "cm/held").await;
+    };
+    let (out, ()) = tokio::join!(
+        capstan_e2e::within("kubectl delete", TIMEOUT * 2, deleting),
+        streaming_started
+    );
+    let out = out.expect("kubectl runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_not_found(&tc, &ns, "cm/held").await;
+
+    let log = tc.requests();
+    let streaming: Vec<_> = matching(&log, "GET", &path)
+        .into_iter()
+        .filter(|r| is_watch(r) && query_param(r, "sendInitialEvents").as_deref() == Some("true"))
+        .collect();
+    assert!(!streaming.is_empty(), "{}", format_log(&log));
+    for r in streaming {
+        assert_eq!(r.status, 200, "{}", format_log(&log));
+        assert_eq!(query_param(r, "resourceVersion"), None, "{}", format_log(&log));
+        assert_eq!(query_param(r, "resourceVersionMatch").as_deref(), Some("NotOlderThan"));
+    }
+}
+
+fn pod(ns: &str, name: &str, annotations: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "annotations": annotations},
+        "spec": {"containers": [{"name": "main", "image": "nginx:1"}]}})
+}
+
+async fn wait_running(tc: &TestCluster, ns: &str, name: &str) {
+    tc.kubectl_ok(&[
+        "wait",
+        "--for=condition=Ready",
+        &format!("pod/{name}"),
+        "-n",
+        ns,
+        "--timeout=30s",
+    ])
+    .await;
+}
+
+#[tokio::test]
+async fn a_pod_that_ignores_sigterm_terminates_for_its_grace_period_unless_forced() {
+    let tc = TestCluster::start();
+    let ns = tc.with_namespace("grace").await;
+    let stubborn = json!({"devcluster.capstan.dev/ignore-sigterm": "true"});
+    tc.apply(
+        &to_yaml(&[pod(&ns, "stubborn", stubborn.clone()), pod(&ns, "short", stubborn)]),
+        &[],
+    )
+    .await;
+    wait_running(&tc, &ns, "stubborn").await;
+    wait_running(&tc, &ns, "short").await;
+
+    tc.kubectl_ok(&["delete", "pod", "stubborn", "-n", &ns, "--wait=false"])
+        .await;
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(tc.client().await, &ns);
+    let live = pods.get("stubborn").await.expect("the Pod is still there");
+    assert_eq!(live.metadata.deletion_grace_period_seconds, Some(30), "{live:?}");
+    // deletionTimestamp is when the grace period ends: 30 s after the deletion, so after the creation.
+    let seconds = |t: &Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>| {
+        t.as_ref().map(|t| t.0.as_second()).expect("a timestamp")
+    };
+    let ends_after_creation = seconds(&live.metadata.deletion_timestamp) - seconds(&live.metadata.creation_timestamp);
+    assert!(
+        ends_after_creation >= 30,
+        "deletionTimestamp is {ends_after_creation} s after creation"
+    );
+    let table = tc.kubectl_ok(&["get", "pod", "stubborn", "-n", &ns]).await;
+    assert!(table.contains("Terminating"), "{table}");
+
+    let out = tc
+        .kubectl_ok(&["delete", "pod", "stubborn", "-n", &ns, "--grace-period=0", "--force"])
+        .await;
+    assert!(out.contains("force deleted"), "{out}");
+    assert_not_found(&tc, &ns, "pod/stubborn").await;
+
+    // A shorter grace period on a Pod: the DELETE answers with the terminating Pod, which goes once the
+    // kubelet has waited that long.
+    let params = kube::api::DeleteParams {
+        grace_period_seconds: Some(2),
+        ..Default::default()
+    };
+    let terminating = pods
+        .delete("short", &params)
+        .await
+        .expect("DELETE")
+        .left()
+        .expect("the Pod, still there");
+    assert_eq!(
+        terminating.metadata.deletion_grace_period_seconds,
+        Some(2),
+        "{terminating:?}"
+    );
+    tc.kubectl_ok(&["wait", "--for=delete", "pod/short", "-n", &ns, "--timeout=30s"])
+        .await;
+}
+
+#[tokio::test]
+async fn a_pod_that_handles_sigterm_shows_its_deletion_then_goes_at_once() {
+    let tc = TestCluster::start();
+    let ns = tc.with_namespace("sigterm").await;
+    tc.apply(&to_yaml(&[pod(&ns, "nice", json!({}))]), &[]).await;
+    wait_running(&tc, &ns, "nice").await;
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(tc.client().await, &ns);
+    let rv = pods
+        .get("nice")
+        .await
+        .expect("the Pod")
+        .metadata
+        .resource_version
+        .unwrap_or_default();
+    let params = kube::api::WatchParams::default().fields("metadata.name=nice");
+    let mut events = pods.watch(&params, &rv).await.expect("a watch").boxed();
+
+    tc.kubectl_ok(&["delete", "pod", "nice", "-n", &ns, "--timeout=30s"])
+        .await;
+    assert_not_found(&tc, &ns, "pod/nice").await;
+    let mut terminating = Vec::new();
+    loop {
+        let event = capstan_e2e::within("the Pod's DELETED event", TIMEOUT, events.next())
+            .await
+            .expect("the watch goes on")
+            .expect("a watch event");
+        match event {
+            kube::api::WatchEvent::Modified(p) if p.metadata.deletion_timestamp.is_some() => terminating.push(p),
+            kube::api::WatchEvent::Deleted(_) => break,
+            _ => {}
+        }
+    }
+    let first = terminating
+        .first()
+        .expect("a MODIFIED event showed the deletion before DELETED");
+    assert_eq!(first.metadata.deletion_grace_period_seconds, Some(30));
 }

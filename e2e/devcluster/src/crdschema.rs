@@ -70,6 +70,11 @@ impl CrdSchema {
 
     /// Whether [`CrdSchema::default`] can change anything. Objects are defaulted on every read (as the real
     /// server does when decoding from etcd), so schemas without defaults skip that copy.
+    /// The `openAPIV3Schema` as the CRD declares it.
+    pub fn root(&self) -> &Value {
+        &self.root
+    }
+
     pub fn has_defaults(&self) -> bool {
         self.has_defaults
     }

@@ -206,6 +206,16 @@ impl ApiError {
         e
     }
 
+    /// The storage backend (etcd) cannot serve: 500 InternalError, as kube-apiserver wraps its etcd errors.
+    /// Not a 503, which kube-rs retries for minutes and kubectl for ten seconds (with Retry-After) before
+    /// saying anything: an outage should show at once, and controllers requeue on their own.
+    pub fn storage_unavailable(detail: impl std::fmt::Display) -> Self {
+        let message = format!("storage is unavailable: {detail}");
+        let mut e = ApiError::new(500, "InternalError", format!("Internal error occurred: {message}"));
+        e.causes = vec![Cause::new("", message, "")];
+        e
+    }
+
     pub fn timeout(message: impl Into<String>) -> Self {
         ApiError::new(504, "Timeout", message)
     }

@@ -60,6 +60,8 @@ pub struct Config {
     pub bookmark_interval: Duration,
     /// Retained watch events (default 10000).
     pub history_limit: usize,
+    /// Keep every object in this etcd (`http://host:port`) instead of in memory (default: memory).
+    pub etcd: Option<String>,
     /// Serve plain HTTP instead of HTTPS. Credentials still authenticate and RBAC applies to them, but a
     /// request without any is the superuser `system:unsecured`, as on kube-apiserver's former insecure
     /// port (client-go sends no bearer token over plain HTTP).
@@ -79,6 +81,7 @@ impl Default for Config {
             minor_version: "32".into(),
             bookmark_interval: Duration::from_secs(60),
             history_limit: 10_000,
+            etcd: None,
             insecure_http: false,
             tls_cert_dir: None,
             anonymous_auth: true,
@@ -99,6 +102,10 @@ pub fn start(config: Config) -> anyhow::Result<DevCluster> {
     let listener = std::net::TcpListener::bind(config.listen).with_context(|| format!("binding {}", config.listen))?;
     listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;
+    let store = match &config.etcd {
+        Some(url) => store::Store::etcd(url, config.history_limit)?,
+        None => store::Store::new(rv_seed(), config.history_limit),
+    };
     let pki = auth::pki::Pki::load_or_create(config.tls_cert_dir.as_deref(), &config.listen.ip().to_string())
         .context("preparing the CA and certificates")?;
     let tls = if config.insecure_http {
@@ -107,11 +114,11 @@ pub fn start(config: Config) -> anyhow::Result<DevCluster> {
         Some(pki.server_config()?)
     };
     let no_credentials = no_credentials(&config);
-    let shared = Arc::new(Shared::with_pki(
+    let shared = Arc::new(Shared::with_store(
         addr,
         config.minor_version,
         config.bookmark_interval,
-        config.history_limit,
+        store,
         pki,
         no_credentials,
     )?);
@@ -140,6 +147,15 @@ fn no_credentials(config: &Config) -> auth::NoCredentials {
     } else {
         auth::NoCredentials::Unauthorized
     }
+}
+
+/// The first in-memory resourceVersion: wall-clock microseconds, so a restarted in-memory devcluster never
+/// hands out an RV a client still holds from before.
+fn rv_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(1)
 }
 
 fn run_server(

@@ -30,6 +30,10 @@ struct Args {
     /// Number of watch events kept for resuming watches.
     #[arg(long, default_value_t = 10_000)]
     history_limit: usize,
+    /// Keep every object in this etcd (e.g. http://127.0.0.1:2379) instead of in memory; a devcluster
+    /// restarted on the same etcd serves the same objects and resumes watches.
+    #[arg(long, value_name = "URL")]
+    etcd: Option<String>,
     /// Serve plain HTTP instead of HTTPS; requests without credentials are then the superuser
     /// system:unsecured (client-go sends no token over plain HTTP); tokens still authenticate.
     #[arg(long)]
@@ -69,6 +73,7 @@ fn main() -> anyhow::Result<()> {
         minor_version: args.minor,
         bookmark_interval: args.bookmark_interval,
         history_limit: args.history_limit,
+        etcd: args.etcd,
         insecure_http: args.insecure_http,
         tls_cert_dir: args.tls_cert_dir,
         anonymous_auth: args.anonymous_auth,

@@ -1,15 +1,18 @@
-//! Decoding of the Kubernetes protobuf envelope (`k8s\0` + runtime.Unknown) that kubectl >= 1.32 typed
-//! clients POST (spec §16), for Namespace, ConfigMap, Secret, ServiceAccount and Deployment, into the JSON
-//! object form the rest of devcluster works on.
+//! Decoding of the Kubernetes protobuf envelope (`k8s\0` + runtime.Unknown) into the JSON object form the
+//! rest of devcluster works on (spec §16): every kind devcluster serves, the review and token kinds, and the
+//! `DeleteOptions` body of a DELETE. kube-apiserver accepts all of these in protobuf, and Go clients send
+//! protobuf whenever they can: kubectl >= 1.32's typed clients (which never retry a 415 as JSON), and Helm,
+//! which writes and deletes its release Secrets that way. Patch bodies are JSON or YAML by definition.
 //!
-//! kubectl 1.32 never retries a 415 as JSON, so without this every imperative `kubectl create` fails. The
-//! decoder is table-driven: each message is a static list of `(field number, JSON name, type)` taken from the
-//! k8s.io/api and k8s.io/apimachinery `generated.proto` files. Fields the tables do not list are skipped.
+//! The decoder is table-driven: `tables.rs` holds one static list of `(field number, JSON name, type,
+//! presence)` per Go struct, generated from the Go types of k8s.io/api (see `tools/gen-protobuf-tables.py`).
+//! Fields the tables do not list are skipped, as the Go decoder skips unknown fields.
 //!
 //! Go's gogo-protobuf marshaller writes every non-pointer field, so unset strings arrive as `""`, unset
-//! numbers as `0` and unset structs as empty messages. Those are dropped (as `omitempty` JSON would); fields
-//! that are pointers in Go (`replicas`, `immutable`, ...) keep their value even when it is zero, because
-//! there presence is the information.
+//! numbers as `0` and unset structs as empty messages. The JSON form is what Go's JSON encoder would write
+//! for the decoded struct: zero values of `omitempty` fields are dropped, fields that are pointers in Go
+//! (`replicas`, `immutable`, ...) keep their value even when it is zero, because there presence is the
+//! information.
 
 use base64::Engine;
 use chrono::DateTime;
@@ -17,16 +20,19 @@ use serde_json::{Map, Value};
 
 use crate::error::{ApiError, ApiResult};
 
+#[rustfmt::skip]
+mod tables;
+
 pub const CONTENT_TYPE: &str = "application/vnd.kubernetes.protobuf";
 
 /// The 4-byte prefix of every Kubernetes protobuf body (`runtime/serializer/protobuf`).
 const MAGIC: &[u8; 4] = b"k8s\x00";
 
-/// Nesting bound; the tables are not recursive, so this only guards against a future mistake.
-const MAX_DEPTH: usize = 32;
+/// Nesting bound: CRD schemas nest `JSONSchemaProps` without limit, and every level costs stack.
+const MAX_DEPTH: usize = 200;
 
 /// Decode one protobuf request body into a JSON object carrying `apiVersion` and `kind`. Unset strings
-/// (`""`) are treated as unset. Unknown kinds answer 415 with a clear message.
+/// (`""`) are treated as unset. Kinds without a table answer 415 with a clear message.
 // NB: `ApiError` is the crate-wide error type; boxing it here alone would only make callers unwrap a box.
 #[allow(clippy::result_large_err)]
 pub fn decode(body: &[u8]) -> ApiResult<Value> {
@@ -57,7 +63,9 @@ pub fn decode(body: &[u8]) -> ApiResult<Value> {
     object.insert("apiVersion".into(), Value::String(unknown.api_version));
     object.insert("kind".into(), Value::String(unknown.kind));
     object.extend(decode_message(unknown.raw, fields, 0).map_err(bad_body)?);
-    object.entry("metadata").or_insert_with(|| Value::Object(Map::new()));
+    if fields.iter().any(|f| f.name == "metadata") {
+        object.entry("metadata").or_insert_with(|| Value::Object(Map::new()));
+    }
     Ok(Value::Object(object))
 }
 
@@ -184,474 +192,96 @@ fn utf8(b: &[u8]) -> String {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Schema tables
+// Field tables
 // ---------------------------------------------------------------------------------------------------------------
+
+/// The fields of one message.
+pub type Table = &'static [F];
 
 /// How one field's wire value becomes JSON.
 #[derive(Debug, Clone, Copy)]
-enum Ty {
+pub enum Ty {
     Str,
     /// `bytes` → base64, as Go's JSON encoding of `[]byte`.
     Bytes,
     /// Any varint integer (int32/int64; negatives arrive sign-extended to 64 bits).
     Int,
+    /// `double` (fixed64), e.g. a CRD schema's `maximum`.
+    Double,
     Bool,
-    Msg(&'static [F]),
-    /// A Go embedded struct (e.g. `LocalObjectReference` in `ConfigMapKeySelector`): its JSON fields are inlined.
-    Inline(&'static [F]),
+    Msg(&'static Table),
+    /// A Go embedded struct (e.g. `VolumeSource` in `Volume`): its JSON fields are inlined.
+    Inline(&'static Table),
     /// `map<string, V>`, sent as repeated entries {1 key, 2 value}.
     Map(&'static Ty),
     /// meta/v1 `Time` {1 seconds, 2 nanos} → RFC 3339 (second precision, as the JSON form).
     Time,
+    /// meta/v1 `MicroTime` {1 seconds, 2 nanos} → RFC 3339 with microseconds.
+    MicroTime,
     /// resource `Quantity` {1 string}.
     Quantity,
     /// intstr `IntOrString` {1 type, 2 intVal, 3 strVal}.
     IntOrString,
-    /// meta/v1 `FieldsV1` {1 raw JSON bytes}.
+    /// A message {1 raw bytes} whose JSON form is those bytes: meta/v1 `FieldsV1`, runtime `RawExtension`,
+    /// apiextensions `JSON`.
     RawJson,
+    /// authentication/authorization `ExtraValue` {1 repeated items} → a JSON array of strings.
+    StrList,
+    /// apiextensions `JSONSchemaPropsOrArray` {1 schema, 2 repeated jSONSchemas} → a schema or an array.
+    SchemaOrArray,
+    /// apiextensions `JSONSchemaPropsOrBool` {1 allows, 2 schema} → a schema or a boolean.
+    SchemaOrBool,
+    /// apiextensions `JSONSchemaPropsOrStringArray` {1 schema, 2 repeated property} → a schema or strings.
+    SchemaOrStringArray,
 }
+
+/// How a field's presence maps to JSON, from its Go type and `json` tag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Card {
+    /// A non-pointer `omitempty` field: Go writes it always, its zero value is left out of JSON.
+    Opt,
+    /// A pointer: presence is the information, so zero values are kept (`replicas: 0`).
+    Ptr,
+    /// A non-pointer field without `omitempty`: Go's JSON always carries it.
+    Req,
+    /// A slice or repeated field; every element is kept (`apiGroups: [""]` is the core group).
+    Rep,
+}
+pub const OPT: Card = Card::Opt;
+pub const PTR: Card = Card::Ptr;
+pub const REQ: Card = Card::Req;
+pub const REP: Card = Card::Rep;
 
 /// One field of a message table.
 #[derive(Debug, Clone, Copy)]
-struct F {
+pub struct F {
     num: u64,
+    /// The JSON name; empty for an inlined struct.
     name: &'static str,
     ty: Ty,
-    repeated: bool,
-    /// A pointer in Go: presence is meaningful, so zero values are kept.
-    ptr: bool,
+    card: Card,
 }
 
-const fn f(num: u64, name: &'static str, ty: Ty) -> F {
-    F {
-        num,
-        name,
-        ty,
-        repeated: false,
-        ptr: false,
-    }
-}
-const fn p(num: u64, name: &'static str, ty: Ty) -> F {
-    F {
-        num,
-        name,
-        ty,
-        repeated: false,
-        ptr: true,
-    }
-}
-const fn r(num: u64, name: &'static str, ty: Ty) -> F {
-    F {
-        num,
-        name,
-        ty,
-        repeated: true,
-        ptr: false,
+impl F {
+    pub const fn new(num: u64, name: &'static str, ty: Ty, card: Card) -> Self {
+        F { num, name, ty, card }
     }
 }
 
-const STR_MAP: Ty = Ty::Map(&Ty::Str);
-const BYTES_MAP: Ty = Ty::Map(&Ty::Bytes);
-const QUANTITY_MAP: Ty = Ty::Map(&Ty::Quantity);
-
-// k8s.io/apimachinery/pkg/apis/meta/v1/generated.proto
-const OWNER_REFERENCE: &[F] = &[
-    f(1, "kind", Ty::Str),
-    f(3, "name", Ty::Str),
-    f(4, "uid", Ty::Str),
-    f(5, "apiVersion", Ty::Str),
-    p(6, "controller", Ty::Bool),
-    p(7, "blockOwnerDeletion", Ty::Bool),
-];
-const MANAGED_FIELDS_ENTRY: &[F] = &[
-    f(1, "manager", Ty::Str),
-    f(2, "operation", Ty::Str),
-    f(3, "apiVersion", Ty::Str),
-    p(4, "time", Ty::Time),
-    f(6, "fieldsType", Ty::Str),
-    p(7, "fieldsV1", Ty::RawJson),
-    f(8, "subresource", Ty::Str),
-];
-/// 4 selfLink and 15 clusterName are deliberately absent: the server must not echo them.
-const OBJECT_META: &[F] = &[
-    f(1, "name", Ty::Str),
-    f(2, "generateName", Ty::Str),
-    f(3, "namespace", Ty::Str),
-    f(5, "uid", Ty::Str),
-    f(6, "resourceVersion", Ty::Str),
-    f(7, "generation", Ty::Int),
-    f(8, "creationTimestamp", Ty::Time),
-    p(9, "deletionTimestamp", Ty::Time),
-    p(10, "deletionGracePeriodSeconds", Ty::Int),
-    f(11, "labels", STR_MAP),
-    f(12, "annotations", STR_MAP),
-    r(13, "ownerReferences", Ty::Msg(OWNER_REFERENCE)),
-    r(14, "finalizers", Ty::Str),
-    r(17, "managedFields", Ty::Msg(MANAGED_FIELDS_ENTRY)),
-];
-const METADATA: F = f(1, "metadata", Ty::Msg(OBJECT_META));
-const LABEL_SELECTOR_REQUIREMENT: &[F] = &[f(1, "key", Ty::Str), f(2, "operator", Ty::Str), r(3, "values", Ty::Str)];
-const LABEL_SELECTOR: &[F] = &[
-    f(1, "matchLabels", STR_MAP),
-    r(2, "matchExpressions", Ty::Msg(LABEL_SELECTOR_REQUIREMENT)),
-];
-
-// k8s.io/api/core/v1/generated.proto
-const LOCAL_OBJECT_REFERENCE: &[F] = &[f(1, "name", Ty::Str)];
-const OBJECT_REFERENCE: &[F] = &[
-    f(1, "kind", Ty::Str),
-    f(2, "namespace", Ty::Str),
-    f(3, "name", Ty::Str),
-    f(4, "uid", Ty::Str),
-    f(5, "apiVersion", Ty::Str),
-    f(6, "resourceVersion", Ty::Str),
-    f(7, "fieldPath", Ty::Str),
-];
-const CONTAINER_PORT: &[F] = &[
-    f(1, "name", Ty::Str),
-    f(2, "hostPort", Ty::Int),
-    f(3, "containerPort", Ty::Int),
-    f(4, "protocol", Ty::Str),
-    f(5, "hostIP", Ty::Str),
-];
-const OBJECT_FIELD_SELECTOR: &[F] = &[f(1, "apiVersion", Ty::Str), f(2, "fieldPath", Ty::Str)];
-const RESOURCE_FIELD_SELECTOR: &[F] = &[
-    f(1, "containerName", Ty::Str),
-    f(2, "resource", Ty::Str),
-    f(3, "divisor", Ty::Quantity),
-];
-/// ConfigMapKeySelector and SecretKeySelector share this shape.
-const KEY_SELECTOR: &[F] = &[
-    f(1, "", Ty::Inline(LOCAL_OBJECT_REFERENCE)),
-    f(2, "key", Ty::Str),
-    p(3, "optional", Ty::Bool),
-];
-const ENV_VAR_SOURCE: &[F] = &[
-    p(1, "fieldRef", Ty::Msg(OBJECT_FIELD_SELECTOR)),
-    p(2, "resourceFieldRef", Ty::Msg(RESOURCE_FIELD_SELECTOR)),
-    p(3, "configMapKeyRef", Ty::Msg(KEY_SELECTOR)),
-    p(4, "secretKeyRef", Ty::Msg(KEY_SELECTOR)),
-];
-const ENV_VAR: &[F] = &[
-    f(1, "name", Ty::Str),
-    f(2, "value", Ty::Str),
-    p(3, "valueFrom", Ty::Msg(ENV_VAR_SOURCE)),
-];
-/// ConfigMapEnvSource and SecretEnvSource share this shape.
-const ENV_SOURCE_REF: &[F] = &[f(1, "", Ty::Inline(LOCAL_OBJECT_REFERENCE)), p(2, "optional", Ty::Bool)];
-const ENV_FROM_SOURCE: &[F] = &[
-    f(1, "prefix", Ty::Str),
-    p(2, "configMapRef", Ty::Msg(ENV_SOURCE_REF)),
-    p(3, "secretRef", Ty::Msg(ENV_SOURCE_REF)),
-];
-const RESOURCE_CLAIM: &[F] = &[f(1, "name", Ty::Str), f(2, "request", Ty::Str)];
-const RESOURCE_REQUIREMENTS: &[F] = &[
-    f(1, "limits", QUANTITY_MAP),
-    f(2, "requests", QUANTITY_MAP),
-    r(3, "claims", Ty::Msg(RESOURCE_CLAIM)),
-];
-const VOLUME_MOUNT: &[F] = &[
-    f(1, "name", Ty::Str),
-    f(2, "readOnly", Ty::Bool),
-    f(3, "mountPath", Ty::Str),
-    f(4, "subPath", Ty::Str),
-    p(5, "mountPropagation", Ty::Str),
-    f(6, "subPathExpr", Ty::Str),
-    p(7, "recursiveReadOnly", Ty::Str),
-];
-const CONTAINER: &[F] = &[
-    f(1, "name", Ty::Str),
-    f(2, "image", Ty::Str),
-    r(3, "command", Ty::Str),
-    r(4, "args", Ty::Str),
-    f(5, "workingDir", Ty::Str),
-    r(6, "ports", Ty::Msg(CONTAINER_PORT)),
-    r(7, "env", Ty::Msg(ENV_VAR)),
-    f(8, "resources", Ty::Msg(RESOURCE_REQUIREMENTS)),
-    r(9, "volumeMounts", Ty::Msg(VOLUME_MOUNT)),
-    f(13, "terminationMessagePath", Ty::Str),
-    f(14, "imagePullPolicy", Ty::Str),
-    f(16, "stdin", Ty::Bool),
-    f(17, "stdinOnce", Ty::Bool),
-    f(18, "tty", Ty::Bool),
-    r(19, "envFrom", Ty::Msg(ENV_FROM_SOURCE)),
-    f(20, "terminationMessagePolicy", Ty::Str),
-    p(24, "restartPolicy", Ty::Str),
-];
-const KEY_TO_PATH: &[F] = &[f(1, "key", Ty::Str), f(2, "path", Ty::Str), p(3, "mode", Ty::Int)];
-const EMPTY_DIR: &[F] = &[f(1, "medium", Ty::Str), p(2, "sizeLimit", Ty::Quantity)];
-const HOST_PATH: &[F] = &[f(1, "path", Ty::Str), p(2, "type", Ty::Str)];
-const SECRET_VOLUME: &[F] = &[
-    f(1, "secretName", Ty::Str),
-    r(2, "items", Ty::Msg(KEY_TO_PATH)),
-    p(3, "defaultMode", Ty::Int),
-    p(4, "optional", Ty::Bool),
-];
-const CONFIGMAP_VOLUME: &[F] = &[
-    f(1, "", Ty::Inline(LOCAL_OBJECT_REFERENCE)),
-    r(2, "items", Ty::Msg(KEY_TO_PATH)),
-    p(3, "defaultMode", Ty::Int),
-    p(4, "optional", Ty::Bool),
-];
-const PVC_VOLUME: &[F] = &[f(1, "claimName", Ty::Str), f(2, "readOnly", Ty::Bool)];
-/// The commonly used members of the `VolumeSource` one-of (inlined into `Volume`).
-const VOLUME_SOURCE: &[F] = &[
-    p(1, "hostPath", Ty::Msg(HOST_PATH)),
-    p(2, "emptyDir", Ty::Msg(EMPTY_DIR)),
-    p(6, "secret", Ty::Msg(SECRET_VOLUME)),
-    p(10, "persistentVolumeClaim", Ty::Msg(PVC_VOLUME)),
-    p(19, "configMap", Ty::Msg(CONFIGMAP_VOLUME)),
-];
-const VOLUME: &[F] = &[f(1, "name", Ty::Str), f(2, "", Ty::Inline(VOLUME_SOURCE))];
-const TOLERATION: &[F] = &[
-    f(1, "key", Ty::Str),
-    f(2, "operator", Ty::Str),
-    f(3, "value", Ty::Str),
-    f(4, "effect", Ty::Str),
-    p(5, "tolerationSeconds", Ty::Int),
-];
-const POD_SPEC: &[F] = &[
-    r(1, "volumes", Ty::Msg(VOLUME)),
-    r(2, "containers", Ty::Msg(CONTAINER)),
-    f(3, "restartPolicy", Ty::Str),
-    p(4, "terminationGracePeriodSeconds", Ty::Int),
-    p(5, "activeDeadlineSeconds", Ty::Int),
-    f(6, "dnsPolicy", Ty::Str),
-    f(7, "nodeSelector", STR_MAP),
-    f(8, "serviceAccountName", Ty::Str),
-    f(9, "serviceAccount", Ty::Str),
-    f(10, "nodeName", Ty::Str),
-    f(11, "hostNetwork", Ty::Bool),
-    f(12, "hostPID", Ty::Bool),
-    f(13, "hostIPC", Ty::Bool),
-    r(15, "imagePullSecrets", Ty::Msg(LOCAL_OBJECT_REFERENCE)),
-    f(16, "hostname", Ty::Str),
-    f(17, "subdomain", Ty::Str),
-    f(19, "schedulerName", Ty::Str),
-    r(20, "initContainers", Ty::Msg(CONTAINER)),
-    p(21, "automountServiceAccountToken", Ty::Bool),
-    r(22, "tolerations", Ty::Msg(TOLERATION)),
-    f(24, "priorityClassName", Ty::Str),
-    p(25, "priority", Ty::Int),
-    p(29, "runtimeClassName", Ty::Str),
-    p(30, "enableServiceLinks", Ty::Bool),
-    p(31, "preemptionPolicy", Ty::Str),
-    p(35, "setHostnameAsFQDN", Ty::Bool),
-    p(37, "hostUsers", Ty::Bool),
-];
-const POD_TEMPLATE_SPEC: &[F] = &[METADATA, f(2, "spec", Ty::Msg(POD_SPEC))];
-const POD: &[F] = &[METADATA, f(2, "spec", Ty::Msg(POD_SPEC))];
-const NAMESPACE: &[F] = &[METADATA, f(2, "spec", Ty::Msg(&[r(1, "finalizers", Ty::Str)]))];
-const CONFIG_MAP: &[F] = &[
-    METADATA,
-    f(2, "data", STR_MAP),
-    f(3, "binaryData", BYTES_MAP),
-    p(4, "immutable", Ty::Bool),
-];
-const SECRET: &[F] = &[
-    METADATA,
-    f(2, "data", BYTES_MAP),
-    f(3, "type", Ty::Str),
-    f(4, "stringData", STR_MAP),
-    p(5, "immutable", Ty::Bool),
-];
-const SERVICE_ACCOUNT: &[F] = &[
-    METADATA,
-    r(2, "secrets", Ty::Msg(OBJECT_REFERENCE)),
-    r(3, "imagePullSecrets", Ty::Msg(LOCAL_OBJECT_REFERENCE)),
-    p(4, "automountServiceAccountToken", Ty::Bool),
-];
-const SERVICE_PORT: &[F] = &[
-    f(1, "name", Ty::Str),
-    f(2, "protocol", Ty::Str),
-    f(3, "port", Ty::Int),
-    f(4, "targetPort", Ty::IntOrString),
-    f(5, "nodePort", Ty::Int),
-    p(6, "appProtocol", Ty::Str),
-];
-const SERVICE_SPEC: &[F] = &[
-    r(1, "ports", Ty::Msg(SERVICE_PORT)),
-    f(2, "selector", STR_MAP),
-    f(3, "clusterIP", Ty::Str),
-    f(4, "type", Ty::Str),
-    r(5, "externalIPs", Ty::Str),
-    f(7, "sessionAffinity", Ty::Str),
-    f(8, "loadBalancerIP", Ty::Str),
-    r(9, "loadBalancerSourceRanges", Ty::Str),
-    f(10, "externalName", Ty::Str),
-    f(11, "externalTrafficPolicy", Ty::Str),
-    f(12, "healthCheckNodePort", Ty::Int),
-    f(13, "publishNotReadyAddresses", Ty::Bool),
-    p(17, "ipFamilyPolicy", Ty::Str),
-    r(18, "clusterIPs", Ty::Str),
-    r(19, "ipFamilies", Ty::Str),
-    p(20, "allocateLoadBalancerNodePorts", Ty::Bool),
-    p(21, "loadBalancerClass", Ty::Str),
-    p(22, "internalTrafficPolicy", Ty::Str),
-];
-const SERVICE: &[F] = &[METADATA, f(2, "spec", Ty::Msg(SERVICE_SPEC))];
-
-// k8s.io/api/apps/v1/generated.proto
-const ROLLING_UPDATE_DEPLOYMENT: &[F] = &[
-    p(1, "maxUnavailable", Ty::IntOrString),
-    p(2, "maxSurge", Ty::IntOrString),
-];
-const DEPLOYMENT_STRATEGY: &[F] = &[
-    f(1, "type", Ty::Str),
-    p(2, "rollingUpdate", Ty::Msg(ROLLING_UPDATE_DEPLOYMENT)),
-];
-const DEPLOYMENT_SPEC: &[F] = &[
-    p(1, "replicas", Ty::Int),
-    p(2, "selector", Ty::Msg(LABEL_SELECTOR)),
-    f(3, "template", Ty::Msg(POD_TEMPLATE_SPEC)),
-    f(4, "strategy", Ty::Msg(DEPLOYMENT_STRATEGY)),
-    f(5, "minReadySeconds", Ty::Int),
-    p(6, "revisionHistoryLimit", Ty::Int),
-    f(7, "paused", Ty::Bool),
-    p(9, "progressDeadlineSeconds", Ty::Int),
-];
-const DEPLOYMENT: &[F] = &[METADATA, f(2, "spec", Ty::Msg(DEPLOYMENT_SPEC))];
-
-// k8s.io/api/batch/v1/generated.proto
-const JOB_SPEC: &[F] = &[
-    p(1, "parallelism", Ty::Int),
-    p(2, "completions", Ty::Int),
-    p(3, "activeDeadlineSeconds", Ty::Int),
-    p(4, "selector", Ty::Msg(LABEL_SELECTOR)),
-    p(5, "manualSelector", Ty::Bool),
-    f(6, "template", Ty::Msg(POD_TEMPLATE_SPEC)),
-    p(7, "backoffLimit", Ty::Int),
-    p(8, "ttlSecondsAfterFinished", Ty::Int),
-    p(9, "completionMode", Ty::Str),
-    p(10, "suspend", Ty::Bool),
-    p(12, "backoffLimitPerIndex", Ty::Int),
-    p(13, "maxFailedIndexes", Ty::Int),
-    p(14, "podReplacementPolicy", Ty::Str),
-    p(16, "managedBy", Ty::Str),
-];
-const JOB: &[F] = &[METADATA, f(2, "spec", Ty::Msg(JOB_SPEC))];
-const JOB_TEMPLATE_SPEC: &[F] = &[METADATA, f(2, "spec", Ty::Msg(JOB_SPEC))];
-const CRON_JOB_SPEC: &[F] = &[
-    f(1, "schedule", Ty::Str),
-    p(2, "startingDeadlineSeconds", Ty::Int),
-    f(3, "concurrencyPolicy", Ty::Str),
-    p(4, "suspend", Ty::Bool),
-    f(5, "jobTemplate", Ty::Msg(JOB_TEMPLATE_SPEC)),
-    p(6, "successfulJobsHistoryLimit", Ty::Int),
-    p(7, "failedJobsHistoryLimit", Ty::Int),
-    p(8, "timeZone", Ty::Str),
-];
-const CRON_JOB: &[F] = &[METADATA, f(2, "spec", Ty::Msg(CRON_JOB_SPEC))];
-
-// k8s.io/api/rbac/v1/generated.proto
-const POLICY_RULE: &[F] = &[
-    r(1, "verbs", Ty::Str),
-    r(2, "apiGroups", Ty::Str),
-    r(3, "resources", Ty::Str),
-    r(4, "resourceNames", Ty::Str),
-    r(5, "nonResourceURLs", Ty::Str),
-];
-const ROLE: &[F] = &[METADATA, r(2, "rules", Ty::Msg(POLICY_RULE))];
-const CLUSTER_ROLE: &[F] = &[
-    METADATA,
-    r(2, "rules", Ty::Msg(POLICY_RULE)),
-    p(
-        3,
-        "aggregationRule",
-        Ty::Msg(&[r(1, "clusterRoleSelectors", Ty::Msg(LABEL_SELECTOR))]),
-    ),
-];
-const SUBJECT: &[F] = &[
-    f(1, "kind", Ty::Str),
-    f(2, "apiGroup", Ty::Str),
-    f(3, "name", Ty::Str),
-    f(4, "namespace", Ty::Str),
-];
-const ROLE_REF: &[F] = &[f(1, "apiGroup", Ty::Str), f(2, "kind", Ty::Str), f(3, "name", Ty::Str)];
-const ROLE_BINDING: &[F] = &[
-    METADATA,
-    r(2, "subjects", Ty::Msg(SUBJECT)),
-    f(3, "roleRef", Ty::Msg(ROLE_REF)),
-];
-
-// k8s.io/api/authorization/v1 and authentication/v1 generated.proto
-const SELECTOR_REQUIREMENT: &[F] = &[f(1, "key", Ty::Str), f(2, "operator", Ty::Str), r(3, "values", Ty::Str)];
-const ATTRIBUTES_SELECTOR: &[F] = &[
-    f(1, "rawSelector", Ty::Str),
-    r(2, "requirements", Ty::Msg(SELECTOR_REQUIREMENT)),
-];
-const RESOURCE_ATTRIBUTES: &[F] = &[
-    f(1, "namespace", Ty::Str),
-    f(2, "verb", Ty::Str),
-    f(3, "group", Ty::Str),
-    f(4, "version", Ty::Str),
-    f(5, "resource", Ty::Str),
-    f(6, "subresource", Ty::Str),
-    f(7, "name", Ty::Str),
-    p(8, "fieldSelector", Ty::Msg(ATTRIBUTES_SELECTOR)),
-    p(9, "labelSelector", Ty::Msg(ATTRIBUTES_SELECTOR)),
-];
-const NON_RESOURCE_ATTRIBUTES: &[F] = &[f(1, "path", Ty::Str), f(2, "verb", Ty::Str)];
-const SELF_SUBJECT_ACCESS_REVIEW: &[F] = &[
-    METADATA,
-    f(
-        2,
-        "spec",
-        Ty::Msg(&[
-            p(1, "resourceAttributes", Ty::Msg(RESOURCE_ATTRIBUTES)),
-            p(2, "nonResourceAttributes", Ty::Msg(NON_RESOURCE_ATTRIBUTES)),
-        ]),
-    ),
-];
-const SELF_SUBJECT_RULES_REVIEW: &[F] = &[METADATA, f(2, "spec", Ty::Msg(&[f(1, "namespace", Ty::Str)]))];
-const BOUND_OBJECT_REFERENCE: &[F] = &[
-    f(1, "kind", Ty::Str),
-    f(2, "apiVersion", Ty::Str),
-    f(3, "name", Ty::Str),
-    f(4, "uid", Ty::Str),
-];
-const TOKEN_REQUEST: &[F] = &[
-    METADATA,
-    f(
-        2,
-        "spec",
-        Ty::Msg(&[
-            r(1, "audiences", Ty::Str),
-            p(3, "boundObjectRef", Ty::Msg(BOUND_OBJECT_REFERENCE)),
-            p(4, "expirationSeconds", Ty::Int),
-        ]),
-    ),
-];
-
-/// The kinds kubectl 1.32's typed clients create imperatively (`kubectl create <generator>`, `auth can-i`,
-/// `create token`). Status is never decoded: a create body's status is ignored by the server anyway.
-fn schema_for(api_version: &str, kind: &str) -> Option<&'static [F]> {
-    Some(match (api_version, kind) {
-        ("v1", "Namespace") => NAMESPACE,
-        ("v1", "ConfigMap") => CONFIG_MAP,
-        ("v1", "Secret") => SECRET,
-        ("v1", "ServiceAccount") => SERVICE_ACCOUNT,
-        ("v1", "Service") => SERVICE,
-        ("v1", "Pod") => POD,
-        ("apps/v1", "Deployment") => DEPLOYMENT,
-        ("batch/v1", "Job") => JOB,
-        ("batch/v1", "CronJob") => CRON_JOB,
-        ("rbac.authorization.k8s.io/v1", "Role") => ROLE,
-        ("rbac.authorization.k8s.io/v1", "ClusterRole") => CLUSTER_ROLE,
-        ("rbac.authorization.k8s.io/v1", "RoleBinding" | "ClusterRoleBinding") => ROLE_BINDING,
-        ("authorization.k8s.io/v1", "SelfSubjectAccessReview") => SELF_SUBJECT_ACCESS_REVIEW,
-        ("authorization.k8s.io/v1", "SelfSubjectRulesReview") => SELF_SUBJECT_RULES_REVIEW,
-        ("authentication.k8s.io/v1", "SelfSubjectReview") => &[METADATA],
-        ("authentication.k8s.io/v1", "TokenRequest") => TOKEN_REQUEST,
-        _ => return None,
-    })
+/// The table of a root kind. DeleteOptions is registered in every group version, so client-go sends it
+/// under the version of whichever client issues the DELETE (`v1`, `apps/v1`, `meta.k8s.io/v1`, ...).
+fn schema_for(api_version: &str, kind: &str) -> Option<Table> {
+    tables::ROOTS
+        .iter()
+        .find(|(v, k, _)| *k == kind && (*v == "*" || *v == api_version))
+        .map(|(_, _, t)| **t)
 }
 
 // ---------------------------------------------------------------------------------------------------------------
 // Table-driven decoding
 // ---------------------------------------------------------------------------------------------------------------
 
-fn decode_message(buf: &[u8], fields: &'static [F], depth: usize) -> Result<Map<String, Value>, String> {
+fn decode_message(buf: &[u8], fields: Table, depth: usize) -> Result<Map<String, Value>, String> {
     if depth > MAX_DEPTH {
         return Err("message nesting too deep".into());
     }
@@ -661,8 +291,31 @@ fn decode_message(buf: &[u8], fields: &'static [F], depth: usize) -> Result<Map<
         let Some(field) = fields.iter().find(|f| f.num == number) else {
             continue;
         };
-        let value = decode_value(field.ty, wire, depth).map_err(|e| format!("{}: {e}", display_name(field)))?;
+        let named = |e: String| format!("{}: {e}", display_name(field));
+        if let (Card::Rep, Wire::Bytes(b), Ty::Int | Ty::Bool | Ty::Double) = (field.card, wire, field.ty) {
+            // A packed repeated scalar: proto3 writers pack them, Go's proto2 marshaller does not.
+            for value in unpack(b, field.ty).map_err(named)? {
+                store(&mut out, field, value);
+            }
+            continue;
+        }
+        let value = decode_value(field.ty, wire, depth).map_err(named)?;
         store(&mut out, field, value);
+    }
+    Ok(out)
+}
+
+fn unpack(buf: &[u8], ty: Ty) -> Result<Vec<Value>, String> {
+    let mut reader = Reader::new(buf);
+    let mut out = Vec::new();
+    while reader.pos < buf.len() {
+        let wire = match ty {
+            Ty::Double => Wire::Fixed64(u64::from_le_bytes(
+                reader.take(8)?.try_into().map_err(|_| "bad fixed64")?,
+            )),
+            _ => Wire::Varint(reader.varint()?),
+        };
+        out.push(decode_value(ty, wire, 0)?);
     }
     Ok(out)
 }
@@ -675,8 +328,8 @@ fn display_name(field: &F) -> &'static str {
     }
 }
 
-/// Place one decoded value: append for repeated, merge for maps and inlined structs, drop Go zero values
-/// of non-pointer fields.
+/// Place one decoded value: append for repeated, merge for maps and inlined structs, drop the zero values
+/// Go's JSON encoder leaves out (`omitempty` on a non-pointer field).
 fn store(out: &mut Map<String, Value>, field: &F, value: Value) {
     match (field.ty, value) {
         (Ty::Inline(_), Value::Object(m)) => out.extend(m),
@@ -686,14 +339,14 @@ fn store(out: &mut Map<String, Value>, field: &F, value: Value) {
                 m.extend(entry);
             }
         }
-        (_, v) if field.repeated => {
+        (_, v) if field.card == Card::Rep => {
             let target = out.entry(field.name).or_insert_with(|| Value::Array(Vec::new()));
             if let Value::Array(a) = target {
                 a.push(v);
             }
         }
         (_, Value::Null) => {}
-        (_, v) if !field.ptr && is_zero(&v) => {}
+        (_, v) if field.card == Card::Opt && is_zero(&v) => {}
         (_, v) => {
             out.insert(field.name.to_string(), v);
         }
@@ -704,7 +357,7 @@ fn is_zero(v: &Value) -> bool {
     match v {
         Value::Null => true,
         Value::Bool(b) => !b,
-        Value::Number(n) => n.as_i64() == Some(0),
+        Value::Number(n) => n.as_f64() == Some(0.0),
         Value::String(s) => s.is_empty(),
         Value::Array(a) => a.is_empty(),
         Value::Object(m) => m.is_empty(),
@@ -717,6 +370,8 @@ fn decode_value(ty: Ty, wire: Wire<'_>, depth: usize) -> Result<Value, String> {
         (Ty::Int, Wire::Varint(v)) => Ok(Value::from(v as i64)),
         (Ty::Int, Wire::Fixed64(v)) => Ok(Value::from(v as i64)),
         (Ty::Int, Wire::Fixed32(v)) => Ok(Value::from(v as i32)),
+        (Ty::Double, Wire::Fixed64(v)) => Ok(json_number(f64::from_bits(v))),
+        (Ty::Double, Wire::Fixed32(v)) => Ok(json_number(f64::from(f32::from_bits(v)))),
         (Ty::Bool, Wire::Varint(v)) => Ok(Value::Bool(v != 0)),
         (Ty::Str, Wire::Bytes(b)) => Ok(Value::String(utf8(b))),
         (Ty::Bytes, Wire::Bytes(b)) => Ok(Value::String(base64::engine::general_purpose::STANDARD.encode(b))),
@@ -724,12 +379,25 @@ fn decode_value(ty: Ty, wire: Wire<'_>, depth: usize) -> Result<Value, String> {
             Ok(Value::Object(decode_message(b, fields, depth + 1)?))
         }
         (Ty::Map(value_ty), Wire::Bytes(b)) => decode_map_entry(b, *value_ty, depth),
-        (Ty::Time, Wire::Bytes(b)) => decode_time(b),
+        (Ty::Time, Wire::Bytes(b)) => decode_time(b, false),
+        (Ty::MicroTime, Wire::Bytes(b)) => decode_time(b, true),
         (Ty::Quantity, Wire::Bytes(b)) => decode_quantity(b),
         (Ty::IntOrString, Wire::Bytes(b)) => decode_int_or_string(b),
         (Ty::RawJson, Wire::Bytes(b)) => decode_raw_json(b),
+        (Ty::StrList, Wire::Bytes(b)) => decode_str_list(b),
+        (Ty::SchemaOrArray | Ty::SchemaOrBool | Ty::SchemaOrStringArray, Wire::Bytes(b)) => {
+            decode_schema_or(ty, b, depth + 1)
+        }
         (_, w) => Err(format!("unexpected wire type {}", wire_name(&w))),
     }
+}
+
+/// A finite double as a JSON number (NaN and infinities have no JSON form, so they read as unset).
+fn json_number(f: f64) -> Value {
+    if f.fract() == 0.0 && f.abs() < 9.0e15 {
+        return Value::from(f as i64);
+    }
+    serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)
 }
 
 fn wire_name(w: &Wire<'_>) -> &'static str {
@@ -756,16 +424,18 @@ fn decode_map_entry(buf: &[u8], value_ty: Ty, depth: usize) -> Result<Value, Str
     }
     let value = match (value, value_ty) {
         (Some(v), _) => v,
-        (None, Ty::Quantity) => Value::Null,
-        (None, _) => Value::String(String::new()),
+        (None, Ty::Str | Ty::Bytes) => Value::String(String::new()),
+        (None, Ty::Msg(_) | Ty::SchemaOrStringArray) => Value::Object(Map::new()),
+        (None, Ty::StrList) => Value::Array(Vec::new()),
+        (None, _) => Value::Null,
     };
     let mut entry = Map::new();
     entry.insert(key, value);
     Ok(Value::Object(entry))
 }
 
-/// meta/v1 `Time`; an empty message is Go's zero time (`null` in JSON), so it reads as unset.
-fn decode_time(buf: &[u8]) -> Result<Value, String> {
+/// meta/v1 `Time` and `MicroTime`; an empty message is Go's zero time (`null` in JSON), so it reads as unset.
+fn decode_time(buf: &[u8], micro: bool) -> Result<Value, String> {
     let (mut seconds, mut nanos) = (0i64, 0i64);
     let mut reader = Reader::new(buf);
     let mut any = false;
@@ -784,7 +454,12 @@ fn decode_time(buf: &[u8]) -> Result<Value, String> {
         return Ok(Value::Null);
     }
     let t = DateTime::from_timestamp(seconds, nanos.clamp(0, 999_999_999) as u32).ok_or("Time out of range")?;
-    Ok(Value::String(t.format("%Y-%m-%dT%H:%M:%SZ").to_string()))
+    let format = if micro {
+        "%Y-%m-%dT%H:%M:%S%.6fZ"
+    } else {
+        "%Y-%m-%dT%H:%M:%SZ"
+    };
+    Ok(Value::String(t.format(format).to_string()))
 }
 
 fn decode_quantity(buf: &[u8]) -> Result<Value, String> {
@@ -820,16 +495,60 @@ fn decode_int_or_string(buf: &[u8]) -> Result<Value, String> {
     })
 }
 
-/// meta/v1 `FieldsV1` {1 Raw}: the managedFields tree, already JSON.
+/// A message {1 raw}: JSON bytes as they are (an empty `raw` is Go's nil, `null` in JSON).
 fn decode_raw_json(buf: &[u8]) -> Result<Value, String> {
     let mut reader = Reader::new(buf);
-    let mut out = Value::Object(Map::new());
+    let mut out = Value::Null;
     while let Some((number, wire)) = reader.field()? {
-        if let (1, Wire::Bytes(b)) = (number, wire) {
-            out = serde_json::from_slice(b).map_err(|e| format!("fieldsV1 is not JSON: {e}"))?;
+        match (number, wire) {
+            (1, Wire::Bytes([])) => {}
+            (1, Wire::Bytes(b)) => {
+                out = serde_json::from_slice(b).map_err(|e| format!("raw value is not JSON: {e}"))?
+            }
+            (1, _) => return Err("raw JSON has the wrong wire type".into()),
+            _ => {}
         }
     }
     Ok(out)
+}
+
+/// `ExtraValue` {1 repeated items}.
+fn decode_str_list(buf: &[u8]) -> Result<Value, String> {
+    let mut reader = Reader::new(buf);
+    let mut out = Vec::new();
+    while let Some((number, wire)) = reader.field()? {
+        match (number, wire) {
+            (1, Wire::Bytes(b)) => out.push(Value::String(utf8(b))),
+            (1, _) => return Err("ExtraValue item has the wrong wire type".into()),
+            _ => {}
+        }
+    }
+    Ok(Value::Array(out))
+}
+
+/// The `JSONSchemaPropsOr*` unions; their JSON form is whichever member is set, as their Go MarshalJSON.
+fn decode_schema_or(ty: Ty, buf: &[u8], depth: usize) -> Result<Value, String> {
+    let schema = |b: &[u8]| decode_message(b, tables::APIEXTENSIONS_V1_JSON_SCHEMA_PROPS, depth + 1).map(Value::Object);
+    let (mut one, mut many, mut allows) = (None, Vec::new(), false);
+    let mut reader = Reader::new(buf);
+    while let Some((number, wire)) = reader.field()? {
+        match (ty, number, wire) {
+            (Ty::SchemaOrArray | Ty::SchemaOrStringArray, 1, Wire::Bytes(b))
+            | (Ty::SchemaOrBool, 2, Wire::Bytes(b)) => one = Some(schema(b)?),
+            (Ty::SchemaOrArray, 2, Wire::Bytes(b)) => many.push(schema(b)?),
+            (Ty::SchemaOrStringArray, 2, Wire::Bytes(b)) => many.push(Value::String(utf8(b))),
+            (Ty::SchemaOrBool, 1, Wire::Varint(v)) => allows = v != 0,
+            (_, 1 | 2, _) => return Err("schema union member has the wrong wire type".into()),
+            _ => {}
+        }
+    }
+    Ok(match (ty, one) {
+        (Ty::SchemaOrBool, Some(s)) => s,
+        (Ty::SchemaOrBool, None) => Value::Bool(allows),
+        (_, Some(s)) if many.is_empty() => s,
+        (Ty::SchemaOrArray, None) if many.is_empty() => Value::Null,
+        _ => Value::Array(many),
+    })
 }
 
 #[cfg(test)]
@@ -1065,14 +784,16 @@ mod tests {
         let raw = [
             bytes(1, &object_meta("", "", &[])),
             m(2, &[bytes(1, &attrs)]),
-            m(3, &[v(1, 0), v(2, 0), s(3, ""), s(4, "")]),
+            m(3, &[v(1, 0), s(2, ""), s(3, ""), v(4, 0)]),
         ]
         .concat();
         let got = decode(&envelope("authorization.k8s.io/v1", "SelfSubjectAccessReview", &raw)).unwrap();
+        // `allowed` has no omitempty in Go, so its JSON form carries it even when false.
         assert_eq!(
             got,
             json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview", "metadata": {},
-                   "spec": {"resourceAttributes": {"namespace": "default", "verb": "list", "resource": "pods"}}})
+                   "spec": {"resourceAttributes": {"namespace": "default", "verb": "list", "resource": "pods"}},
+                   "status": {"allowed": false}})
         );
     }
 
@@ -1140,9 +861,9 @@ mod tests {
 
     #[test]
     fn unknown_kind_is_415() {
-        let err = decode(&envelope("policy/v1", "PodDisruptionBudget", &[])).unwrap_err();
+        let err = decode(&envelope("v1", "Node", &[])).unwrap_err();
         assert_eq!(err.code, 415);
-        assert!(err.message.contains("PodDisruptionBudget"), "{}", err.message);
+        assert!(err.message.contains("Node"), "{}", err.message);
     }
 
     #[test]
@@ -1222,12 +943,122 @@ mod tests {
                     "741a0022002a04706f647332003a001a08080012001a0020001a002200"
                 ),
                 json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview", "metadata": {},
-                       "spec": {"resourceAttributes": {"namespace": "default", "verb": "list", "resource": "pods"}}}),
+                       "spec": {"resourceAttributes": {"namespace": "default", "verb": "list", "resource": "pods"}},
+                       "status": {"allowed": false}}),
             ),
         ];
         for (hex, want) in cases {
             assert_eq!(decode(&unhex(hex)).unwrap(), want);
         }
+    }
+
+    /// Helm's release-Secret DELETE (client-go typed client): an empty DeleteOptions under apiVersion v1.
+    #[test]
+    fn helm_delete_options() {
+        let got = decode(&unhex("6b3873000a130a027631120d44656c6574654f7074696f6e7312001a002200")).unwrap();
+        assert_eq!(got, json!({"apiVersion": "v1", "kind": "DeleteOptions"}));
+        let raw = [
+            v(1, 0),
+            m(2, &[s(1, "u-1"), s(2, "42")]),
+            s(4, "Foreground"),
+            s(5, "All"),
+        ]
+        .concat();
+        let got = decode(&envelope("apps/v1", "DeleteOptions", &raw)).unwrap();
+        assert_eq!(
+            got,
+            json!({"apiVersion": "apps/v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0,
+                   "preconditions": {"uid": "u-1", "resourceVersion": "42"},
+                   "propagationPolicy": "Foreground", "dryRun": ["All"]})
+        );
+    }
+
+    fn fixed64(num: u64, f: f64) -> Vec<u8> {
+        let mut out = Vec::new();
+        varint(num << 3 | 1, &mut out);
+        out.extend(f.to_le_bytes());
+        out
+    }
+
+    #[test]
+    fn crd_schemas_nest_and_keep_their_unions() {
+        let leaf = [
+            s(5, "integer"),
+            fixed64(9, 10.0),
+            fixed64(11, 0.5),
+            bytes(8, &s(1, "3")),
+        ]
+        .concat();
+        let props = [
+            entry(29, "replicas", &leaf),
+            entry(
+                29,
+                "tags",
+                &[s(5, "array"), m(24, &[bytes(1, &s(5, "string"))])].concat(),
+            ),
+            entry(29, "labels", &[s(5, "object"), m(30, &[v(1, 1)])].concat()),
+            v(38, 1),
+        ]
+        .concat();
+        let spec_schema = [s(5, "object"), props].concat();
+        let root = [s(5, "object"), entry(29, "spec", &spec_schema)].concat();
+        let version = [s(1, "v1"), v(2, 1), v(3, 1), m(4, &[bytes(1, &root)])].concat();
+        let names = [s(1, "widgets"), s(4, "Widget")].concat();
+        let spec = [
+            s(1, "example.com"),
+            bytes(3, &names),
+            s(4, "Namespaced"),
+            bytes(7, &version),
+        ]
+        .concat();
+        let raw = [bytes(1, &object_meta("widgets.example.com", "", &[])), bytes(2, &spec)].concat();
+        let got = decode(&envelope("apiextensions.k8s.io/v1", "CustomResourceDefinition", &raw)).unwrap();
+        let schema = &got["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+        assert_eq!(
+            schema["properties"]["replicas"],
+            json!({"type": "integer", "maximum": 10, "minimum": 0.5, "default": 3})
+        );
+        assert_eq!(schema["properties"]["tags"]["items"], json!({"type": "string"}));
+        assert_eq!(schema["properties"]["labels"]["additionalProperties"], true);
+        assert_eq!(schema["x-kubernetes-preserve-unknown-fields"], true);
+        assert_eq!(got["spec"]["names"], json!({"plural": "widgets", "kind": "Widget"}));
+        assert_eq!(got["spec"]["versions"][0]["served"], true);
+    }
+
+    #[test]
+    fn lease_micro_times_and_packed_repeated_integers() {
+        let lease = [
+            s(1, "holder"),
+            v(2, 15),
+            m(3, &[v(1, 1_795_000_000), v(2, 123_456_000)]),
+        ]
+        .concat();
+        let got = decode(&envelope(
+            "coordination.k8s.io/v1",
+            "Lease",
+            &[bytes(1, &object_meta("l", "", &[])), bytes(2, &lease)].concat(),
+        ))
+        .unwrap();
+        assert_eq!(
+            got["spec"],
+            json!({"holderIdentity": "holder", "leaseDurationSeconds": 15, "acquireTime": "2026-11-18T11:06:40.123456Z"})
+        );
+        // supplementalGroups []int64, packed as a proto3 writer would.
+        let mut packed = Vec::new();
+        for g in [1000u64, 2000] {
+            varint(g, &mut packed);
+        }
+        let spec = [m(2, &[s(1, "c")]), m(14, &[bytes(4, &packed)])].concat();
+        let got = decode(&envelope(
+            "v1",
+            "Pod",
+            &[bytes(1, &object_meta("p", "", &[])), bytes(2, &spec)].concat(),
+        ))
+        .unwrap();
+        assert_eq!(
+            got["spec"]["securityContext"]["supplementalGroups"],
+            json!([1000, 2000])
+        );
     }
 
     proptest::proptest! {

@@ -315,6 +315,17 @@ fn builtin_key(group: &str, plural: &str) -> ResKey {
     }
 }
 
+/// The storage keys of every built-in resource (the etcd key layout is derived from them).
+pub fn builtin_storage_keys() -> Vec<ResKey> {
+    let mut keys: Vec<ResKey> = BUILTINS
+        .iter()
+        .map(|r| builtin_key(r.gv.rsplit_once('/').map_or("", |(g, _)| g), r.plural))
+        .collect();
+    keys.sort();
+    keys.dedup();
+    keys
+}
+
 /// Kubernetes version priority: GA > beta > alpha, higher numbers first, then others alphabetically.
 pub fn version_priority(v: &str) -> (u8, i64, i64, String) {
     let parse = |s: &str| -> Option<(u8, i64, i64)> {

@@ -30,6 +30,29 @@ pub const ANN_BEHAVIOR: &str = "devcluster.capstan.dev/behavior";
 /// current generation was first observed.
 pub const ANN_DELAY: &str = "devcluster.capstan.dev/delay";
 
+/// `"true"`: the Pod's containers ignore SIGTERM, so a graceful deletion lasts its whole grace period (the
+/// kubelet then kills them). Without it containers stop as soon as they get SIGTERM, as a well-behaved
+/// process does, and the Pod goes away at once, long before its grace period ends.
+pub const ANN_IGNORE_SIGTERM: &str = "devcluster.capstan.dev/ignore-sigterm";
+
+/// The simulated kubelet's part of a graceful Pod deletion: how long until the Pod's containers have stopped,
+/// after which the kubelet deletes the Pod for good (with a zero grace period). `None` when no graceful
+/// deletion is under way (`deletionGracePeriodSeconds` absent or 0).
+pub fn pod_shutdown_remaining(pod: &Value, now: DateTime<Utc>) -> Option<Duration> {
+    let grace = pod
+        .pointer("/metadata/deletionGracePeriodSeconds")
+        .and_then(Value::as_i64)?;
+    if grace <= 0 {
+        return None;
+    }
+    if annotation(pod, ANN_IGNORE_SIGTERM) != Some("true") {
+        return Some(Duration::ZERO);
+    }
+    // deletionTimestamp is when the grace period ends.
+    let deadline = parse_time(&pod["metadata"]["deletionTimestamp"])?;
+    Some((deadline - now).to_std().unwrap_or(Duration::ZERO))
+}
+
 /// What the simulation wants for one object.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Outcome {
@@ -530,7 +553,7 @@ fn owner_ref(ctx: &Ctx) -> Value {
 /// Only the simulation annotations flow from an owner to its Pods.
 fn sim_annotations(obj: &Value) -> Map<String, Value> {
     let mut m = Map::new();
-    for key in [ANN_BEHAVIOR, ANN_DELAY] {
+    for key in [ANN_BEHAVIOR, ANN_DELAY, ANN_IGNORE_SIGTERM] {
         if let Some(v) = annotation(obj, key) {
             m.insert(key.to_string(), json!(v));
         }

@@ -1,18 +1,31 @@
-//! In-memory object storage with one global, strictly increasing resourceVersion (an etcd-revision analogue,
-//! spec §5.5) and a bounded event history for watches (§9.3, §9.4).
+//! Object storage with one global, strictly increasing resourceVersion (spec §5.5) and a bounded event
+//! history for watches (§9.3, §9.4).
 //!
 //! Why this shape: every write goes through [`Store::commit`], a compare-and-swap on the object's
 //! resourceVersion, so request handlers compute new objects *outside* the lock and retry on a race. Objects are
 //! indexed per resource in BTreeMaps keyed by (namespace, name), which gives etcd key order for lists and cheap
 //! namespace ranges. Events fan out through a broadcast channel (watch streams) and unbounded channels
 //! (controllers, which must never miss one).
+//!
+//! Two backends share that shape. By default everything lives in memory and the resourceVersion is a counter
+//! seeded from the wall clock. With `--etcd URL` ([`Store::etcd`], module `etcd`) etcd holds every object:
+//! a write is an etcd transaction conditioned on the object's mod revision, the resourceVersion *is* that
+//! revision, and the in-memory tables become a cache fed by one etcd watch, as kube-apiserver's watch cache
+//! is. Reads stay synchronous and cheap; before a request reads, [`Store::sync`] asks etcd for its current
+//! revision and waits until the cache has applied it, so a read is never staler than etcd, and fails with
+//! [`Unavailable`] (a 503) when etcd cannot answer. Writes, too, fail with [`CommitError::Unavailable`]
+//! rather than guess.
+
+mod etcd;
+mod etcd_api;
+pub mod keys;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 use serde_json::Value;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::{broadcast, mpsc, watch};
 
 use crate::registry::ResKey;
 
@@ -68,6 +81,26 @@ pub enum CommitError {
     AlreadyExists,
     NamespaceMissing,
     NamespaceTerminating,
+    /// The storage backend (etcd) could not be reached; nothing is known to be written.
+    Unavailable(String),
+}
+
+/// The storage backend cannot serve a consistent read right now (etcd down or lagging).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unavailable(pub String);
+
+impl std::fmt::Display for Unavailable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Why a read at an older resourceVersion failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadAtError {
+    /// That revision is no longer (or not yet) available.
+    Expired,
+    Unavailable(String),
 }
 
 /// Where a watch starts.
@@ -102,10 +135,20 @@ struct Inner {
     controllers: Vec<mpsc::UnboundedSender<Arc<Event>>>,
 }
 
-/// The object store.
-pub struct Store {
+/// State shared by the store and, with etcd, the task that applies etcd's changes to it.
+struct Core {
     inner: Mutex<Inner>,
     tx: broadcast::Sender<Arc<Event>>,
+    /// The revision up to which etcd's changes are applied (etcd only; requests wait on it).
+    applied: watch::Sender<u64>,
+    /// Bumped when history is lost under open watches (compaction): they end with 410 Expired.
+    compacted: watch::Sender<u64>,
+}
+
+/// The object store.
+pub struct Store {
+    core: Arc<Core>,
+    etcd: Option<etcd::Backend>,
 }
 
 pub const NAMESPACES: &str = "/namespaces";
@@ -136,6 +179,19 @@ fn set_rv(obj: &mut Value, rv: u64) {
 }
 
 impl Inner {
+    fn new(rv: u64, history_limit: usize) -> Self {
+        Inner {
+            rv,
+            tables: HashMap::new(),
+            history: VecDeque::new(),
+            history_limit: history_limit.max(1),
+            oldest_rv: rv,
+            uids: HashMap::new(),
+            owners: HashMap::new(),
+            controllers: Vec::new(),
+        }
+    }
+
     fn index_remove(&mut self, r: &ObjRef, obj: &Value) {
         if let Some(uid) = uid_of(obj) {
             self.uids.remove(uid);
@@ -159,94 +215,350 @@ impl Inner {
         }
     }
 
-    fn check_namespace(&self, ns: &str) -> Result<(), CommitError> {
+    fn get(&self, r: &ObjRef) -> Option<Arc<Value>> {
+        self.tables.get(&r.res)?.get(&(r.ns.clone(), r.name.clone())).cloned()
+    }
+
+    /// The namespace's resourceVersion, if it exists and is not terminating.
+    fn check_namespace(&self, ns: &str) -> Result<u64, CommitError> {
         let table = self.tables.get(NAMESPACES);
         match table.and_then(|t| t.get(&(String::new(), ns.to_string()))) {
             None => Err(CommitError::NamespaceMissing),
             Some(n) if n.pointer("/metadata/deletionTimestamp").is_some() => Err(CommitError::NamespaceTerminating),
-            Some(_) => Ok(()),
+            Some(n) => Ok(rv_of(n)),
         }
     }
 
-    fn emit(&mut self, ev: Event, tx: &broadcast::Sender<Arc<Event>>) {
-        let ev = Arc::new(ev);
-        self.history.push_back(ev.clone());
+    /// The checks of a commit against the current state. Returns the stored object and, for a create in a
+    /// namespace, the namespace's resourceVersion (etcd conditions the write on it).
+    #[allow(clippy::type_complexity)]
+    fn precheck(
+        &self,
+        r: &ObjRef,
+        expected: Option<u64>,
+        delete: bool,
+        namespace: Option<&str>,
+    ) -> Result<(Option<Arc<Value>>, Option<u64>), CommitError> {
+        let current = self.get(r);
+        match (&current, expected) {
+            (Some(_), None) => return Err(CommitError::AlreadyExists),
+            (None, Some(_)) => return Err(CommitError::Stale),
+            (Some(c), Some(e)) if rv_of(c) != e => return Err(CommitError::Stale),
+            (None, None) if delete => return Err(CommitError::Stale),
+            _ => {}
+        }
+        let ns_rv = match (current.is_none(), namespace) {
+            (true, Some(ns)) => Some(self.check_namespace(ns)?),
+            _ => None,
+        };
+        Ok((current, ns_rv))
+    }
+
+    /// Store `obj` (its resourceVersion already `rv`) and announce it.
+    fn put(&mut self, r: &ObjRef, obj: Arc<Value>, rv: u64, tx: &broadcast::Sender<Arc<Event>>) {
+        let prev = self.get(r);
+        if let Some(c) = &prev {
+            self.index_remove(r, c);
+        }
+        self.index_add(r, &obj);
+        self.tables
+            .entry(r.res.clone())
+            .or_default()
+            .insert((r.ns.clone(), r.name.clone()), obj.clone());
+        let kind = if prev.is_some() {
+            EventType::Modified
+        } else {
+            EventType::Added
+        };
+        self.rv = self.rv.max(rv);
+        self.emit(
+            Event {
+                rv,
+                kind,
+                obj: r.clone(),
+                object: obj,
+                prev,
+            },
+            tx,
+        );
+    }
+
+    /// Remove an object and announce its last state (`final_state`, or the stored one) at `rv`.
+    fn remove(
+        &mut self,
+        r: &ObjRef,
+        final_state: Option<Value>,
+        rv: u64,
+        tx: &broadcast::Sender<Arc<Event>>,
+    ) -> Option<Arc<Value>> {
+        let current = self.get(r)?;
+        self.index_remove(r, &current);
+        if let Some(t) = self.tables.get_mut(&r.res) {
+            t.remove(&(r.ns.clone(), r.name.clone()));
+        }
+        let mut last = final_state.unwrap_or_else(|| (*current).clone());
+        set_rv(&mut last, rv);
+        let last = Arc::new(last);
+        self.rv = self.rv.max(rv);
+        self.emit(
+            Event {
+                rv,
+                kind: EventType::Deleted,
+                obj: r.clone(),
+                object: last.clone(),
+                prev: Some(current),
+            },
+            tx,
+        );
+        Some(last)
+    }
+
+    /// Keep an event for watches that resume from an older RV.
+    fn record(&mut self, ev: Arc<Event>) {
+        self.history.push_back(ev);
         while self.history.len() > self.history_limit {
             if let Some(old) = self.history.pop_front() {
                 self.oldest_rv = old.rv;
             }
         }
+    }
+
+    fn emit(&mut self, ev: Event, tx: &broadcast::Sender<Arc<Event>>) {
+        let ev = Arc::new(ev);
+        self.record(ev.clone());
         let _ = tx.send(ev.clone());
         self.controllers.retain(|c| c.send(ev.clone()).is_ok());
+    }
+
+    /// Replace every object at once (loading from etcd), rebuilding the indexes. Returns the changes relative
+    /// to the previous contents, for controllers.
+    fn replace_all(&mut self, tables: HashMap<ResKey, Table>, rv: u64) -> Vec<Event> {
+        let mut changes = Vec::new();
+        for (res, old) in &self.tables {
+            for ((ns, name), obj) in old {
+                if !tables
+                    .get(res)
+                    .is_some_and(|t| t.contains_key(&(ns.clone(), name.clone())))
+                {
+                    let mut last = (**obj).clone();
+                    set_rv(&mut last, rv);
+                    changes.push(Event {
+                        rv,
+                        kind: EventType::Deleted,
+                        obj: ObjRef {
+                            res: res.clone(),
+                            ns: ns.clone(),
+                            name: name.clone(),
+                        },
+                        object: Arc::new(last),
+                        prev: Some(obj.clone()),
+                    });
+                }
+            }
+        }
+        for (res, new) in &tables {
+            for ((ns, name), obj) in new {
+                let prev = self.tables.get(res).and_then(|t| t.get(&(ns.clone(), name.clone())));
+                if prev.is_some_and(|p| rv_of(p) == rv_of(obj)) {
+                    continue;
+                }
+                changes.push(Event {
+                    rv: rv_of(obj),
+                    kind: if prev.is_some() {
+                        EventType::Modified
+                    } else {
+                        EventType::Added
+                    },
+                    obj: ObjRef {
+                        res: res.clone(),
+                        ns: ns.clone(),
+                        name: name.clone(),
+                    },
+                    object: obj.clone(),
+                    prev: prev.cloned(),
+                });
+            }
+        }
+        self.tables = tables;
+        self.uids.clear();
+        self.owners.clear();
+        let all: Vec<(ObjRef, Arc<Value>)> = self
+            .tables
+            .iter()
+            .flat_map(|(res, t)| {
+                t.iter().map(move |((ns, name), obj)| {
+                    (
+                        ObjRef {
+                            res: res.clone(),
+                            ns: ns.clone(),
+                            name: name.clone(),
+                        },
+                        obj.clone(),
+                    )
+                })
+            })
+            .collect();
+        for (r, obj) in all {
+            self.index_add(&r, &obj);
+        }
+        self.history.clear();
+        self.rv = rv;
+        self.oldest_rv = rv;
+        changes
+    }
+
+    /// Every object as a synthetic ADDED event: namespaces, then CRDs, then the rest, so a controller that
+    /// starts on existing state sees owners before what they own.
+    fn snapshot_events(&self) -> Vec<Arc<Event>> {
+        let rank = |res: &str| match res {
+            NAMESPACES => 0,
+            "apiextensions.k8s.io/customresourcedefinitions" => 1,
+            _ => 2,
+        };
+        let mut resources: Vec<&ResKey> = self.tables.keys().collect();
+        resources.sort_by_key(|r| (rank(r), r.to_string()));
+        let mut out = Vec::new();
+        for res in resources {
+            for ((ns, name), obj) in &self.tables[res] {
+                out.push(Arc::new(Event {
+                    rv: rv_of(obj),
+                    kind: EventType::Added,
+                    obj: ObjRef {
+                        res: res.clone(),
+                        ns: ns.clone(),
+                        name: name.clone(),
+                    },
+                    object: obj.clone(),
+                    prev: None,
+                }));
+            }
+        }
+        out
+    }
+
+    fn objects(&self, res: &ResKey, ns: Option<&str>) -> Vec<Arc<Value>> {
+        match self.tables.get(res) {
+            None => Vec::new(),
+            Some(t) => match ns {
+                None => t.values().cloned().collect(),
+                Some(ns) => range_ns(t, ns).map(|(_, v)| v.clone()).collect(),
+            },
+        }
+    }
+}
+
+impl Core {
+    fn new(rv: u64, history_limit: usize) -> Self {
+        let (tx, _) = broadcast::channel(history_limit.clamp(1024, 1 << 16));
+        Core {
+            inner: Mutex::new(Inner::new(rv, history_limit)),
+            tx,
+            applied: watch::channel(rv).0,
+            compacted: watch::channel(0).0,
+        }
     }
 }
 
 impl Store {
-    /// A store whose first resourceVersion is `seed_rv + 1` (seed from wall-clock microseconds, spec §5.5).
+    /// An in-memory store whose first resourceVersion is `seed_rv + 1` (seed from wall-clock microseconds,
+    /// spec §5.5).
     pub fn new(seed_rv: u64, history_limit: usize) -> Self {
-        let (tx, _) = broadcast::channel(history_limit.clamp(1024, 1 << 16));
         Store {
-            inner: Mutex::new(Inner {
-                rv: seed_rv,
-                tables: HashMap::new(),
-                history: VecDeque::new(),
-                history_limit: history_limit.max(1),
-                oldest_rv: seed_rv,
-                uids: HashMap::new(),
-                owners: HashMap::new(),
-                controllers: Vec::new(),
-            }),
-            tx,
+            core: Arc::new(Core::new(seed_rv, history_limit)),
+            etcd: None,
+        }
+    }
+
+    /// A store kept in the etcd at `url` (`http://host:port`). Loads every object and the last
+    /// `history_limit` revisions of history (so watches from before a restart resume), then follows etcd.
+    pub fn etcd(url: &str, history_limit: usize) -> anyhow::Result<Self> {
+        let core = Arc::new(Core::new(0, history_limit));
+        let backend = etcd::Backend::connect(url, core.clone())?;
+        Ok(Store {
+            core,
+            etcd: Some(backend),
+        })
+    }
+
+    /// The etcd endpoint, when the store is kept in etcd.
+    pub fn etcd_url(&self) -> Option<&str> {
+        self.etcd.as_ref().map(etcd::Backend::url)
+    }
+
+    /// The signal that tells open watches their history is gone (they answer 410 Expired and end).
+    pub fn compaction_signal(&self) -> watch::Sender<u64> {
+        self.core.compacted.clone()
+    }
+
+    /// Make the cache as fresh as the backend before a read: a no-op in memory; with etcd, wait until every
+    /// change up to etcd's current revision is applied.
+    pub async fn sync(&self) -> Result<(), Unavailable> {
+        match &self.etcd {
+            None => Ok(()),
+            Some(b) => b.sync().await,
         }
     }
 
     pub fn current_rv(&self) -> u64 {
-        self.inner.lock().rv
+        self.core.inner.lock().rv
     }
 
     pub fn get(&self, res: &ResKey, ns: &str, name: &str) -> Option<Arc<Value>> {
-        let g = self.inner.lock();
+        let g = self.core.inner.lock();
         g.tables.get(res)?.get(&(ns.to_string(), name.to_string())).cloned()
     }
 
     /// The current RV and the objects of `res` (in `ns`, or all namespaces), in (namespace, name) order.
     pub fn list(&self, res: &ResKey, ns: Option<&str>) -> (u64, Vec<Arc<Value>>) {
-        let g = self.inner.lock();
-        let Some(t) = g.tables.get(res) else {
-            return (g.rv, Vec::new());
-        };
-        let items = match ns {
-            None => t.values().cloned().collect(),
-            Some(ns) => range_ns(t, ns).map(|(_, v)| v.clone()).collect(),
-        };
-        (g.rv, items)
+        let g = self.core.inner.lock();
+        (g.rv, g.objects(res, ns))
+    }
+
+    /// The objects of `res` as they were at resourceVersion `rv`, in (namespace, name) order. In memory only
+    /// the current state is kept; etcd answers for any revision it has not compacted.
+    pub fn list_at(&self, res: &ResKey, ns: Option<&str>, rv: u64) -> Result<Vec<Arc<Value>>, ReadAtError> {
+        match &self.etcd {
+            Some(b) => b.list_at(res, ns, rv),
+            None => {
+                let (current, items) = self.list(res, ns);
+                if current == rv {
+                    Ok(items)
+                } else {
+                    Err(ReadAtError::Expired)
+                }
+            }
+        }
+    }
+
+    /// Whether state at `rv` can still be read (etcd has not compacted it). In memory, snapshots kept by the
+    /// caller stay valid until [`Store::compact`], which the caller hears about.
+    pub fn revision_available(&self, rv: u64) -> Result<(), ReadAtError> {
+        match &self.etcd {
+            Some(b) if rv < self.current_rv() => b.revision_available(rv),
+            _ => Ok(()),
+        }
     }
 
     /// The object with this uid.
     pub fn by_uid(&self, uid: &str) -> Option<(ObjRef, Arc<Value>)> {
-        let g = self.inner.lock();
+        let g = self.core.inner.lock();
         let r = g.uids.get(uid)?;
-        let obj = g.tables.get(&r.res)?.get(&(r.ns.clone(), r.name.clone()))?.clone();
+        let obj = g.get(r)?;
         Some((r.clone(), obj))
     }
 
     /// Objects whose ownerReferences name `owner_uid`.
     pub fn dependents(&self, owner_uid: &str) -> Vec<(ObjRef, Arc<Value>)> {
-        let g = self.inner.lock();
+        let g = self.core.inner.lock();
         let Some(set) = g.owners.get(owner_uid) else {
             return Vec::new();
         };
-        set.iter()
-            .filter_map(|r| {
-                let obj = g.tables.get(&r.res)?.get(&(r.ns.clone(), r.name.clone()))?;
-                Some((r.clone(), obj.clone()))
-            })
-            .collect()
+        set.iter().filter_map(|r| Some((r.clone(), g.get(r)?))).collect()
     }
 
     /// Every object in namespace `ns` (across resources).
     pub fn in_namespace(&self, ns: &str) -> Vec<(ObjRef, Arc<Value>)> {
-        let g = self.inner.lock();
+        let g = self.core.inner.lock();
         let mut out = Vec::new();
         for (res, t) in g.tables.iter() {
             for ((n, name), obj) in range_ns(t, ns) {
@@ -264,12 +576,12 @@ impl Store {
     }
 
     pub fn count_in_namespace(&self, ns: &str) -> usize {
-        let g = self.inner.lock();
+        let g = self.core.inner.lock();
         g.tables.values().map(|t| range_ns(t, ns).count()).sum()
     }
 
     pub fn count(&self, res: &ResKey) -> usize {
-        self.inner.lock().tables.get(res).map_or(0, |t| t.len())
+        self.core.inner.lock().tables.get(res).map_or(0, |t| t.len())
     }
 
     /// Compare-and-swap write. `expected` is the RV the caller read (`None`: the object must not exist).
@@ -281,71 +593,21 @@ impl Store {
         write: Write,
         namespace: Option<&str>,
     ) -> Result<Arc<Value>, CommitError> {
-        let mut g = self.inner.lock();
-        let key = (r.ns.clone(), r.name.clone());
-        let current = g.tables.get(&r.res).and_then(|t| t.get(&key)).cloned();
-        match (&current, expected) {
-            (Some(_), None) => return Err(CommitError::AlreadyExists),
-            (None, Some(_)) => return Err(CommitError::Stale),
-            (Some(c), Some(e)) if rv_of(c) != e => return Err(CommitError::Stale),
-            _ => {}
+        if let Some(b) = &self.etcd {
+            return b.commit(r, expected, write, namespace);
         }
-        if current.is_none() {
-            if let Some(ns) = namespace {
-                g.check_namespace(ns)?;
-            }
-        }
-        g.rv += 1;
-        let rv = g.rv;
+        let mut g = self.core.inner.lock();
+        let delete = matches!(write, Write::Delete(_));
+        g.precheck(r, expected, delete, namespace)?;
+        let rv = g.rv + 1;
         match write {
             Write::Put(mut obj) => {
                 set_rv(&mut obj, rv);
                 let obj = Arc::new(obj);
-                if let Some(c) = &current {
-                    g.index_remove(r, c);
-                }
-                g.index_add(r, &obj);
-                g.tables.entry(r.res.clone()).or_default().insert(key, obj.clone());
-                let kind = if current.is_some() {
-                    EventType::Modified
-                } else {
-                    EventType::Added
-                };
-                g.emit(
-                    Event {
-                        rv,
-                        kind,
-                        obj: r.clone(),
-                        object: obj.clone(),
-                        prev: current,
-                    },
-                    &self.tx,
-                );
+                g.put(r, obj.clone(), rv, &self.core.tx);
                 Ok(obj)
             }
-            Write::Delete(final_state) => {
-                let Some(c) = current else {
-                    return Err(CommitError::Stale);
-                };
-                g.index_remove(r, &c);
-                if let Some(t) = g.tables.get_mut(&r.res) {
-                    t.remove(&key);
-                }
-                let mut last = final_state.unwrap_or_else(|| (*c).clone());
-                set_rv(&mut last, rv);
-                let last = Arc::new(last);
-                g.emit(
-                    Event {
-                        rv,
-                        kind: EventType::Deleted,
-                        obj: r.clone(),
-                        object: last.clone(),
-                        prev: Some(c),
-                    },
-                    &self.tx,
-                );
-                Ok(last)
-            }
+            Write::Delete(final_state) => g.remove(r, final_state, rv, &self.core.tx).ok_or(CommitError::Stale),
         }
     }
 
@@ -356,19 +618,17 @@ impl Store {
         ns: Option<&str>,
         start: WatchStart,
     ) -> Result<(Replay, u64, broadcast::Receiver<Arc<Event>>), TooOld> {
-        let g = self.inner.lock();
-        let rx = self.tx.subscribe();
-        match start {
-            WatchStart::Snapshot => {
-                let items = match g.tables.get(res) {
-                    None => Vec::new(),
-                    Some(t) => match ns {
-                        None => t.values().cloned().collect(),
-                        Some(ns) => range_ns(t, ns).map(|(_, v)| v.clone()).collect(),
-                    },
-                };
-                Ok((Replay::Snapshot(g.rv, items), g.rv, rx))
+        if let (Some(b), WatchStart::After(n)) = (&self.etcd, &start) {
+            // History kept here may outlive etcd's: an etcd compaction expires it too.
+            let current = self.current_rv();
+            if *n < current && b.revision_available(n + 1) == Err(ReadAtError::Expired) {
+                return Err(TooOld(*n, current));
             }
+        }
+        let g = self.core.inner.lock();
+        let rx = self.core.tx.subscribe();
+        match start {
+            WatchStart::Snapshot => Ok((Replay::Snapshot(g.rv, g.objects(res, ns)), g.rv, rx)),
             WatchStart::After(n) => {
                 if n < g.oldest_rv || n > g.rv {
                     return Err(TooOld(n, g.oldest_rv));
@@ -386,17 +646,33 @@ impl Store {
         }
     }
 
-    /// An unbounded, lossless event feed (controllers).
+    /// An unbounded, lossless event feed (controllers). It starts with every stored object as an ADDED event,
+    /// as an informer's initial list does, so controllers started on persisted state (etcd) reconcile it.
     pub fn subscribe_controller(&self) -> mpsc::UnboundedReceiver<Arc<Event>> {
         let (tx, rx) = mpsc::unbounded_channel();
-        self.inner.lock().controllers.push(tx);
+        let mut g = self.core.inner.lock();
+        for ev in g.snapshot_events() {
+            let _ = tx.send(ev);
+        }
+        g.controllers.push(tx);
         rx
     }
 
-    /// Drop the event history: watches from any RV up to now get 410 Expired. The RV advances (without an
-    /// event) so a client that relists gets an RV it can watch from.
+    /// Drop the event history: watches from any RV up to now get 410 Expired. In memory the RV advances
+    /// (without an event) so a client that relists gets an RV it can watch from; etcd compacts its own
+    /// history at the current revision, which a relist returns and which stays watchable.
     pub fn compact(&self) {
-        let mut g = self.inner.lock();
+        if let Some(b) = &self.etcd {
+            let rv = self.current_rv();
+            if let Err(e) = b.compact(rv) {
+                tracing::warn!(revision = rv, error = %e, "etcd compaction");
+            }
+            let mut g = self.core.inner.lock();
+            g.history.clear();
+            g.oldest_rv = g.rv;
+            return;
+        }
+        let mut g = self.core.inner.lock();
         g.history.clear();
         g.rv += 1;
         g.oldest_rv = g.rv;
@@ -404,7 +680,7 @@ impl Store {
 
     /// Forget every object of a resource (CRD removal).
     pub fn drop_resource(&self, res: &ResKey) {
-        let mut g = self.inner.lock();
+        let mut g = self.core.inner.lock();
         if let Some(t) = g.tables.remove(res) {
             for ((ns, name), obj) in t {
                 let r = ObjRef {
@@ -414,6 +690,10 @@ impl Store {
                 };
                 g.index_remove(&r, &obj);
             }
+        }
+        drop(g);
+        if let Some(b) = &self.etcd {
+            b.drop_resource(res);
         }
     }
 }
@@ -552,5 +832,78 @@ mod tests {
         assert_eq!(s.dependents("p").len(), 1);
         assert_eq!(s.in_namespace("default").len(), 1);
         assert_eq!(s.count_in_namespace("default"), 1);
+    }
+
+    #[test]
+    fn controllers_start_with_every_stored_object_namespaces_first() {
+        let s = ns_store();
+        s.commit(
+            &r("a"),
+            None,
+            Write::Put(json!({"metadata":{"name":"a"}})),
+            Some("default"),
+        )
+        .unwrap();
+        let mut rx = s.subscribe_controller();
+        let first = rx.try_recv().unwrap();
+        assert_eq!((first.kind, first.obj.res.as_ref()), (EventType::Added, NAMESPACES));
+        let second = rx.try_recv().unwrap();
+        assert_eq!((second.obj.name.as_str(), second.rv), ("a", 102));
+        assert!(rx.try_recv().is_err());
+        s.commit(
+            &r("b"),
+            None,
+            Write::Put(json!({"metadata":{"name":"b"}})),
+            Some("default"),
+        )
+        .unwrap();
+        assert_eq!(rx.try_recv().unwrap().obj.name, "b");
+    }
+
+    #[test]
+    fn replace_all_reports_the_differences_and_resets_history() {
+        let s = ns_store();
+        for name in ["gone", "same", "changed"] {
+            s.commit(
+                &r(name),
+                None,
+                Write::Put(json!({"metadata":{"name":name,"uid":name}})),
+                Some("default"),
+            )
+            .unwrap();
+        }
+        let stored = |name: &str, rv: u64| {
+            Arc::new(json!({"metadata":{"name":name,"uid":name,"resourceVersion":rv.to_string()}}))
+        };
+        let mut table = Table::new();
+        table.insert(
+            ("default".into(), "same".into()),
+            s.get(&Arc::from("/configmaps"), "default", "same").unwrap(),
+        );
+        table.insert(("default".into(), "changed".into()), stored("changed", 200));
+        table.insert(("default".into(), "new".into()), stored("new", 201));
+        let mut tables = HashMap::new();
+        tables.insert(Arc::from("/configmaps"), table);
+        let mut changes: Vec<String> = s
+            .core
+            .inner
+            .lock()
+            .replace_all(tables, 300)
+            .into_iter()
+            .map(|e| format!("{} {}", e.kind.as_str(), e.obj.name))
+            .collect();
+        changes.sort();
+        // The namespace table is not in the new state either.
+        assert_eq!(
+            changes,
+            ["ADDED new", "DELETED default", "DELETED gone", "MODIFIED changed"]
+        );
+        assert!(s.by_uid("gone").is_none());
+        assert!(s.by_uid("new").is_some());
+        assert_eq!(s.current_rv(), 300);
+        assert!(s
+            .watch(&Arc::from("/configmaps"), None, WatchStart::After(299))
+            .is_err());
+        assert!(s.watch(&Arc::from("/configmaps"), None, WatchStart::After(300)).is_ok());
     }
 }

@@ -27,8 +27,18 @@ struct State {
     terminating: HashMap<ResKey, String>,
 }
 
-pub async fn run(sh: Arc<Shared>, mut rx: UnboundedReceiver<Arc<Event>>) {
+/// Subscribe, serve the CRDs that already exist (a restart on etcd) before the server takes its first
+/// request, then follow changes on a task.
+pub fn start(sh: &Arc<Shared>) {
+    let mut rx = sh.store.subscribe_controller();
     let mut st = State::default();
+    while let Ok(ev) = rx.try_recv() {
+        handle(sh, &ev, &mut st);
+    }
+    tokio::spawn(run(sh.clone(), rx, st));
+}
+
+async fn run(sh: Arc<Shared>, mut rx: UnboundedReceiver<Arc<Event>>, mut st: State) {
     while let Some(ev) = rx.recv().await {
         handle(&sh, &ev, &mut st);
     }

@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
+use crate::error::ApiError;
 use crate::registry::ResourceInfo;
 use crate::server::ops::{self, DeleteOpts, WriteOpts};
 use crate::server::Shared;
@@ -23,10 +24,12 @@ use crate::store::ObjRef;
 pub const BOOTSTRAP_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
 
 /// Subscribe and spawn every controller, then create the bootstrap namespaces. Call inside a tokio runtime.
+/// Each subscription starts with the objects already stored, so on persisted state (etcd) controllers pick up
+/// where the last run stopped.
 pub fn start(sh: &Arc<Shared>) {
     tokio::spawn(gc::run(sh.clone(), sh.store.subscribe_controller()));
     tokio::spawn(namespace::run(sh.clone(), sh.store.subscribe_controller()));
-    tokio::spawn(crd::run(sh.clone(), sh.store.subscribe_controller()));
+    crd::start(sh);
     tokio::spawn(workloads::run(sh.clone(), sh.store.subscribe_controller()));
     tokio::spawn(aggregation::run(sh.clone(), sh.store.subscribe_controller()));
     tokio::spawn(tokens::run(sh.clone(), sh.store.subscribe_controller()));
@@ -44,8 +47,10 @@ fn bootstrap(sh: &Shared) {
     };
     for ns in BOOTSTRAP_NAMESPACES {
         let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
-        if let Err(e) = ops::create(sh, &ri, None, obj, &[], &WriteOpts::system("devcluster")) {
-            tracing::warn!(namespace = ns, error = %e, "bootstrap namespace");
+        match ops::create(sh, &ri, None, obj, &[], &WriteOpts::system("devcluster")) {
+            // Restarted on etcd: it is still there.
+            Ok(_) | Err(ApiError { code: 409, .. }) => {}
+            Err(e) => tracing::warn!(namespace = ns, error = %e, "bootstrap namespace"),
         }
     }
 }

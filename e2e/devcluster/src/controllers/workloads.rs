@@ -5,7 +5,7 @@
 //! Hot-loop guard: an object's own status-only changes do not requeue it (our status writes would otherwise
 //! feed back forever); changes to its children do requeue it, and so do spec/metadata changes.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -21,9 +21,12 @@ use super::{delete_background, edit, owner_refs, resource_of, uid};
 
 const MANAGER: &str = "kube-controller-manager";
 
+/// When each object's pending timer is due.
+type Timers = Arc<Mutex<HashMap<ObjRef, tokio::time::Instant>>>;
+
 pub async fn run(sh: Arc<Shared>, mut rx: UnboundedReceiver<Arc<Event>>) {
     let (qtx, mut qrx) = mpsc::unbounded_channel::<ObjRef>();
-    let timers: Arc<Mutex<HashSet<ObjRef>>> = Arc::default();
+    let timers: Timers = Arc::default();
     let mut pending: HashSet<ObjRef> = HashSet::new();
     loop {
         tokio::select! {
@@ -46,19 +49,26 @@ pub async fn run(sh: Arc<Shared>, mut rx: UnboundedReceiver<Arc<Event>>) {
     }
 }
 
-fn schedule(
-    timers: &Arc<Mutex<HashSet<ObjRef>>>,
-    qtx: &UnboundedSender<ObjRef>,
-    r: ObjRef,
-    delay: std::time::Duration,
-) {
-    if !timers.lock().insert(r.clone()) {
-        return;
+/// Look at `r` again after `delay`. One timer per object, unless the new one is due earlier (a Pod's grace
+/// period shortened by a second DELETE): an extra look is harmless, a late one is not.
+fn schedule(timers: &Timers, qtx: &UnboundedSender<ObjRef>, r: ObjRef, delay: std::time::Duration) {
+    let due = tokio::time::Instant::now() + delay;
+    {
+        let mut t = timers.lock();
+        if t.get(&r).is_some_and(|existing| *existing <= due) {
+            return;
+        }
+        t.insert(r.clone(), due);
     }
     let (timers, qtx) = (timers.clone(), qtx.clone());
     tokio::spawn(async move {
-        tokio::time::sleep(delay).await;
-        timers.lock().remove(&r);
+        tokio::time::sleep_until(due).await;
+        {
+            let mut t = timers.lock();
+            if t.get(&r) == Some(&due) {
+                t.remove(&r);
+            }
+        }
         let _ = qtx.send(r);
     });
 }
@@ -126,7 +136,7 @@ fn controlled_by(child: &Value, owner_uid: &str) -> bool {
 fn reconcile(sh: &Shared, r: &ObjRef) -> Option<std::time::Duration> {
     let obj = sh.store.get(&r.res, &r.ns, &r.name)?;
     if ops::is_deleting(&obj) {
-        return None;
+        return kubelet_terminate(sh, r, &obj);
     }
     let owner_uid = uid(&obj).to_string();
     let children: Vec<(ObjRef, Arc<Value>)> = sh
@@ -152,6 +162,28 @@ fn reconcile(sh: &Shared, r: &ObjRef) -> Option<std::time::Duration> {
         }
     }
     outcome.requeue_after
+}
+
+/// The kubelet ending a graceful Pod deletion: once the containers have stopped it deletes the Pod with a zero
+/// grace period, on the Pod's uid so that a new Pod of the same name is never hit. Returns when to look again.
+fn kubelet_terminate(sh: &Shared, r: &ObjRef, pod: &Value) -> Option<std::time::Duration> {
+    let remaining = sim::pod_shutdown_remaining(pod, chrono::Utc::now())?;
+    if !remaining.is_zero() {
+        return Some(remaining);
+    }
+    let ri = resource_of(sh, &r.res)?;
+    let o = ops::DeleteOpts {
+        grace_period_seconds: Some(0),
+        uid: Some(uid(pod).to_string()),
+        ..Default::default()
+    };
+    let ns = (!r.ns.is_empty()).then_some(r.ns.as_str());
+    if let Err(e) = ops::delete(sh, &ri, ns, &r.name, &o) {
+        if e.code != 404 && e.code != 409 {
+            tracing::debug!(object = ?r, error = %e, "kubelet delete");
+        }
+    }
+    None
 }
 
 fn write_status(sh: &Shared, r: &ObjRef, status: Value) {

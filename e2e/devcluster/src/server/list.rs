@@ -1,6 +1,8 @@
 //! List with selectors and pagination (spec §8). Pages are snapshot-consistent: the first page of a limited
 //! list stores the filtered result set, and the continue token names it (with the list RV and an offset).
-//! A token whose snapshot was evicted answers 410 Expired, as the real server does for a compacted RV.
+//! A token whose snapshot was evicted (or issued before a restart) is served from the storage at the token's
+//! RV, which etcd keeps until it compacts it; the in-memory store has only the current state, so there such a
+//! token answers 410 Expired once anything changed, as the real server does for a compacted RV.
 //! Lists are serialized item by item into one buffer to keep a 10,000-object list cheap.
 
 use std::collections::VecDeque;
@@ -15,6 +17,7 @@ use serde_json::{json, Value};
 use crate::error::{ApiError, ApiResult};
 use crate::registry::ResourceInfo;
 use crate::selectors::{FieldSelector, LabelSelector};
+use crate::store::ReadAtError;
 
 use super::negotiate::{negotiate, Output, Supports};
 use super::query::Query;
@@ -110,6 +113,25 @@ fn expired_continue() -> ApiError {
     ApiError::expired("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.")
 }
 
+fn read_at_error(e: ReadAtError, expired: impl FnOnce() -> ApiError) -> ApiError {
+    match e {
+        ReadAtError::Expired => expired(),
+        ReadAtError::Unavailable(detail) => ApiError::storage_unavailable(detail),
+    }
+}
+
+/// The items a list's selectors keep.
+fn filter(items: Vec<Arc<Value>>, p: &ListParams) -> Vec<Arc<Value>> {
+    if p.labels.is_empty() && p.fields.is_empty() {
+        items
+    } else {
+        items
+            .into_iter()
+            .filter(|o| ops::matches(o, &p.labels, &p.fields))
+            .collect()
+    }
+}
+
 /// One page of a list.
 pub struct Page {
     pub rv: u64,
@@ -126,27 +148,45 @@ pub fn page(sh: &Shared, ri: &ResourceInfo, ns: Option<&str>, p: &ListParams) ->
         ));
     }
     let ns = if ri.namespaced { ns } else { None };
-    let (rv, all, off) = match &p.cont {
+    let (rv, all, off, id) = match &p.cont {
         Some(c) => {
             let t = decode_token(c)?;
-            let items = sh.pages.lock().get(t.id).ok_or_else(expired_continue)?;
-            (t.rv, items, t.off)
+            let cached = sh.pages.lock().get(t.id);
+            match cached {
+                // The snapshot is kept here, but its revision must still exist in the storage (an etcd
+                // compaction expires it as it would on a real server).
+                Some(items) => {
+                    sh.store
+                        .revision_available(t.rv)
+                        .map_err(|e| read_at_error(e, expired_continue))?;
+                    (t.rv, items, t.off, Some(t.id))
+                }
+                // Evicted, or issued before a restart: read the storage at the token's revision (etcd keeps it
+                // until compaction; memory only the current state).
+                None => {
+                    let items = sh
+                        .store
+                        .list_at(&ri.key, ns, t.rv)
+                        .map_err(|e| read_at_error(e, expired_continue))?;
+                    (t.rv, Arc::new(filter(items, p)), t.off, None)
+                }
+            }
         }
         None => {
-            let (rv, items) = sh.store.list(&ri.key, ns);
-            if p.rv_match.as_deref() == Some("Exact") && p.rv.as_deref() != Some(rv.to_string().as_str()) {
-                let want = p.rv.clone().unwrap_or_default();
-                return Err(ApiError::expired(format!("too old resource version: {want} ({rv})")));
-            }
-            let filtered: Vec<Arc<Value>> = if p.labels.is_empty() && p.fields.is_empty() {
-                items
-            } else {
-                items
-                    .into_iter()
-                    .filter(|o| ops::matches(o, &p.labels, &p.fields))
-                    .collect()
+            let current = sh.store.current_rv();
+            let (rv, items) = match p.rv.as_deref().filter(|_| p.rv_match.as_deref() == Some("Exact")) {
+                Some(want) if want != current.to_string() => {
+                    let too_old = || ApiError::expired(format!("too old resource version: {want} ({current})"));
+                    let at = want.parse().map_err(|_| too_old())?;
+                    let items = sh
+                        .store
+                        .list_at(&ri.key, ns, at)
+                        .map_err(|e| read_at_error(e, too_old))?;
+                    (at, items)
+                }
+                _ => sh.store.list(&ri.key, ns),
             };
-            (rv, Arc::new(filtered), 0)
+            (rv, Arc::new(filter(items, p)), 0, None)
         }
     };
     let off = off.min(all.len());
@@ -156,8 +196,8 @@ pub fn page(sh: &Shared, ri: &ResourceInfo, ns: Option<&str>, p: &ListParams) ->
     };
     let items = all[off..end].to_vec();
     let (cont, remaining) = if end < all.len() {
-        let id = match &p.cont {
-            Some(c) => decode_token(c)?.id,
+        let id = match id {
+            Some(id) => id,
             None => sh.pages.lock().insert(all.clone()),
         };
         (Some(encode_token(&Token { rv, id, off: end })), Some(all.len() - end))

@@ -75,34 +75,32 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// Shared state with freshly generated keys and anonymous requests allowed (in-process tests).
+    /// Shared state over an in-memory store, with freshly generated keys and anonymous requests allowed
+    /// (in-process tests).
     pub fn new(addr: SocketAddr, minor: String, bookmark_interval: Duration, history_limit: usize) -> Self {
+        let store = Store::new(crate::rv_seed(), history_limit);
         let pki = auth::pki::Pki::load_or_create(None, &addr.ip().to_string()).expect("generating keys in memory");
-        Self::with_pki(
+        Self::with_store(
             addr,
             minor,
             bookmark_interval,
-            history_limit,
+            store,
             pki,
             auth::NoCredentials::Anonymous,
         )
         .expect("keys generated just now load")
     }
 
-    /// Shared state using `pki`; `no_credentials` says who requests without credentials are.
-    pub fn with_pki(
+    /// Shared state over `store` (in memory, or etcd) using `pki`; `no_credentials` says who requests without
+    /// credentials are.
+    pub fn with_store(
         addr: SocketAddr,
         minor: String,
         bookmark_interval: Duration,
-        history_limit: usize,
+        store: Store,
         pki: auth::pki::Pki,
         no_credentials: auth::NoCredentials,
     ) -> anyhow::Result<Self> {
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_micros() as u64)
-            .unwrap_or(1);
-        let store = Store::new(seed, history_limit);
         let auth = AuthState {
             signer: auth::jwt::Signer::new(&pki.sa_key_der)?,
             authorizer: auth::rbac::Authorizer::default(),
@@ -111,13 +109,18 @@ impl Shared {
             verified: Default::default(),
         };
         Ok(Shared {
+            // The store, too, ends open watches when their history is gone (an etcd compaction it had to
+            // reload after).
+            signals: Signals {
+                compact: store.compaction_signal(),
+                ..Signals::default()
+            },
             store,
             auth,
             registry: RwLock::new(Registry::new()),
             minor,
             bookmark_interval,
             addr,
-            signals: Signals::default(),
             admin: AdminState::default(),
             pages: Mutex::new(list::PageCache::default()),
             openapi: Mutex::new(None),
@@ -350,6 +353,17 @@ async fn dispatch(sh: &Arc<Shared>, ctx: &Ctx, body: Body) -> ApiResult<Response
                 .map(|(doc, _)| json_response(200, doc))
                 .ok_or_else(ApiError::no_such_path)
         }
+        ["openapi", "v2"] => {
+            only_get(ctx)?;
+            let cache = openapi::cache(sh);
+            let (doc, pb) = cache.v2();
+            let accept = ctx.accept.replace('@', ".");
+            if accept.contains(openapi::v2::PROTOBUF_RESPONSE) {
+                Ok(json_bytes(200, openapi::v2::PROTOBUF_RESPONSE, pb.clone()))
+            } else {
+                Ok(json_response(200, doc))
+            }
+        }
         ["api", v, rest @ ..] => resource(sh, ctx, "", v, rest, body).await,
         ["apis", g, v, rest @ ..] => {
             let out = resource(sh, ctx, g, v, rest, body).await;
@@ -558,6 +572,8 @@ async fn resource(
     rest: &[&str],
     body: Body,
 ) -> ApiResult<Response<Body>> {
+    // Never answer from a cache staler than the storage (etcd), nor when it cannot be reached.
+    sh.store.sync().await.map_err(ApiError::storage_unavailable)?;
     let t = resolve(sh, group, version, rest)?;
     let ri = t.ri.clone();
     let ns = t.ns.as_deref();
@@ -637,13 +653,28 @@ async fn resource(
     }
 }
 
-/// DeleteOptions from the JSON body and the query (spec §12.1).
+/// The DeleteOptions body: JSON (kubectl, kube-rs) or protobuf (client-go typed clients such as Helm's).
+fn delete_body(content_type: &str, raw: &[u8]) -> ApiResult<Value> {
+    let media = content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    if media != crate::protobuf::CONTENT_TYPE {
+        return serde_json::from_slice(raw).map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")));
+    }
+    let v = crate::protobuf::decode(raw)?;
+    if v["kind"] != "DeleteOptions" {
+        return Err(ApiError::bad_request(format!(
+            "invalid DeleteOptions: the protobuf body carries a {}",
+            v["kind"].as_str().unwrap_or("")
+        )));
+    }
+    Ok(v)
+}
+
+/// DeleteOptions from the body and the query (spec §12.1).
 fn delete_opts(ctx: &Ctx, raw: &[u8]) -> ApiResult<DeleteOpts> {
     let mut o = DeleteOpts::default();
     let trimmed = raw.iter().any(|b| !b.is_ascii_whitespace());
     if trimmed {
-        let v: Value =
-            serde_json::from_slice(raw).map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?;
+        let v = delete_body(&ctx.content_type, raw)?;
         o.propagation = v["propagationPolicy"].as_str().map(str::to_string);
         o.orphan_dependents = v["orphanDependents"].as_bool();
         o.grace_period_seconds = match &v["gracePeriodSeconds"] {

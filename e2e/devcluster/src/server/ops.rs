@@ -142,9 +142,9 @@ pub struct DeleteOpts {
     pub uid: Option<String>,
     pub resource_version: Option<String>,
     pub orphan_dependents: Option<bool>,
-    /// `gracePeriodSeconds` (kubectl `--grace-period`, `--now`, `--force`). Accepted and validated, but there is
-    /// no kubelet to wait for: every object, Pods included, is deleted (or marked for deletion when finalizers
-    /// remain) at once, which is what a real cluster does for `--grace-period=0 --force`.
+    /// `gracePeriodSeconds` (kubectl `--grace-period`, `--now`, `--force`). Only Pods delete gracefully, as in
+    /// a real cluster: see [`pod_grace_period`]; every other kind is deleted (or marked for deletion when
+    /// finalizers remain) at once.
     pub grace_period_seconds: Option<i64>,
 }
 
@@ -273,6 +273,7 @@ pub fn is_deleting(obj: &Value) -> bool {
 fn commit_err(ri: &ResourceInfo, r: &ObjRef, e: CommitError) -> OpError {
     match e {
         CommitError::Stale => OpError::Stale,
+        CommitError::Unavailable(detail) => OpError::Api(ApiError::storage_unavailable(detail)),
         CommitError::AlreadyExists => OpError::Api(ApiError::already_exists(&ri.plural, &ri.group, &r.name)),
         CommitError::NamespaceMissing => OpError::Api(ApiError::not_found("namespaces", "", &r.ns)),
         CommitError::NamespaceTerminating => OpError::Api(
@@ -874,7 +875,15 @@ fn finish_write(
         return Ok((**old).clone());
     }
     opts.admit(Some(old), &new)?;
-    let finished = is_deleting(&new) && finalizers(&new).is_empty() && r.res.as_ref() != crate::store::NAMESPACES;
+    // kube-apiserver's ShouldDeleteDuringUpdate: the last finalizer gone ends a deletion, unless a graceful one
+    // (a terminating Pod) is still waiting for its kubelet.
+    let graceful = old
+        .pointer("/metadata/deletionGracePeriodSeconds")
+        .and_then(Value::as_i64)
+        .unwrap_or(0)
+        > 0;
+    let finished =
+        is_deleting(&new) && !graceful && finalizers(&new).is_empty() && r.res.as_ref() != crate::store::NAMESPACES;
     if opts.dry_run {
         return Ok(new);
     }
@@ -1309,6 +1318,102 @@ fn policy_finalizer(o: &DeleteOpts) -> ApiResult<Option<&'static str>> {
     }
 }
 
+/// The grace period of a Pod deletion (kube-apiserver's `CheckGracefulDelete`): the request's, else the Pod's
+/// `terminationGracePeriodSeconds`; 0 for a Pod no kubelet runs (not scheduled, or already finished), negative
+/// values count as 1. 0 for every other kind: only Pods terminate gracefully.
+pub fn pod_grace_period(ri: &ResourceInfo, pod: &Value, o: &DeleteOpts) -> i64 {
+    if !(ri.group.is_empty() && ri.plural == "pods") {
+        return 0;
+    }
+    let scheduled = pod
+        .pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .is_some_and(|n| !n.is_empty())
+        || pod
+            .pointer("/status/hostIP")
+            .and_then(Value::as_str)
+            .is_some_and(|n| !n.is_empty());
+    let finished = matches!(
+        pod.pointer("/status/phase").and_then(Value::as_str),
+        Some("Succeeded" | "Failed")
+    );
+    if !scheduled || finished {
+        return 0;
+    }
+    let period = o
+        .grace_period_seconds
+        .or_else(|| {
+            pod.pointer("/spec/terminationGracePeriodSeconds")
+                .and_then(Value::as_i64)
+        })
+        .unwrap_or(0);
+    if period < 0 {
+        1
+    } else {
+        period
+    }
+}
+
+/// `deletionTimestamp` for a grace period: now for 0, else when the period ends, rounded up to the second the
+/// timestamp is written with so that the period is never cut short.
+fn deletion_deadline(grace: i64) -> String {
+    if grace <= 0 {
+        return now_secs();
+    }
+    let at = Utc::now() + chrono::Duration::seconds(grace) + chrono::Duration::nanoseconds(999_999_999);
+    at.to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+/// A DELETE of an object whose graceful deletion is already under way: a shorter grace period moves
+/// `deletionTimestamp` forward (0 deletes it now, unless finalizers hold it); anything else changes nothing.
+/// `None` when no graceful deletion is pending.
+fn pending_graceful(
+    sh: &Shared,
+    ri: &ResourceInfo,
+    r: &ObjRef,
+    old: &Arc<Value>,
+    o: &DeleteOpts,
+) -> Option<OpResult<Deleted>> {
+    let current = old
+        .pointer("/metadata/deletionGracePeriodSeconds")
+        .and_then(Value::as_i64)?;
+    if !is_deleting(old) || current <= 0 {
+        return None;
+    }
+    let requested = o.grace_period_seconds.map(|p| p.max(0)).filter(|p| *p < current);
+    let Some(period) = requested else {
+        return Some(Ok(Deleted::Object((**old).clone())));
+    };
+    if period == 0 && finalizers(old).is_empty() {
+        return Some(delete_now(sh, ri, r, old, o.dry_run));
+    }
+    let mut new = (**old).clone();
+    let deadline = old
+        .pointer("/metadata/deletionTimestamp")
+        .and_then(Value::as_str)
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .map_or_else(Utc::now, |t| t.with_timezone(&Utc));
+    let shortened = deadline - chrono::Duration::seconds(current - period);
+    let m = meta_mut(&mut new);
+    m.insert(
+        "deletionTimestamp".into(),
+        json!(shortened.to_rfc3339_opts(SecondsFormat::Secs, true)),
+    );
+    m.insert("deletionGracePeriodSeconds".into(), json!(period));
+    if o.dry_run {
+        return Some(Ok(Deleted::Object(new)));
+    }
+    Some(
+        match sh
+            .store
+            .commit(r, Some(rv_of(old)), Write::Put(to_storage(ri, new)), None)
+        {
+            Ok(v) => Ok(Deleted::Object((*v).clone())),
+            Err(e) => Err(commit_err(ri, r, e)),
+        },
+    )
+}
+
 /// DELETE of one object (spec §12).
 pub fn delete(sh: &Shared, ri: &ResourceInfo, ns: Option<&str>, name: &str, o: &DeleteOpts) -> ApiResult<Deleted> {
     let r = obj_ref(ri, ns, name);
@@ -1319,6 +1424,14 @@ pub fn delete(sh: &Shared, ri: &ResourceInfo, ns: Option<&str>, name: &str, o: &
         if r.res.as_ref() == crate::store::NAMESPACES {
             return delete_namespace(sh, ri, &r, &old, o);
         }
+        if let Some(done) = pending_graceful(sh, ri, &r, &old, o) {
+            return done;
+        }
+        let grace = if is_deleting(&old) {
+            0
+        } else {
+            pod_grace_period(ri, &old, o)
+        };
         let mut fins = finalizers(&old);
         let mut add = |f: &str| {
             if !fins.iter().any(|x| x == f) {
@@ -1331,15 +1444,15 @@ pub fn delete(sh: &Shared, ri: &ResourceInfo, ns: Option<&str>, name: &str, o: &
         if ri.kind == "CustomResourceDefinition" && ri.group == "apiextensions.k8s.io" {
             add(FINALIZER_CRD_CLEANUP);
         }
-        if fins.is_empty() {
+        if fins.is_empty() && grace == 0 {
             return delete_now(sh, ri, &r, &old, o.dry_run);
         }
         let mut new = (*old).clone();
         set_finalizers(&mut new, &fins);
         if !is_deleting(&old) {
             let m = meta_mut(&mut new);
-            m.insert("deletionTimestamp".into(), json!(now_secs()));
-            m.insert("deletionGracePeriodSeconds".into(), json!(0));
+            m.insert("deletionTimestamp".into(), json!(deletion_deadline(grace)));
+            m.insert("deletionGracePeriodSeconds".into(), json!(grace));
             if old.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0) > 0 {
                 bump_generation(&mut new);
             }

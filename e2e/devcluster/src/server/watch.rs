@@ -35,27 +35,25 @@ struct WatchParams {
     timeout: Duration,
 }
 
-fn params(ctx: &Ctx, ri: &ResourceInfo) -> ApiResult<WatchParams> {
+fn params(sh: &Shared, ctx: &Ctx, ri: &ResourceInfo) -> ApiResult<WatchParams> {
     let list = ListParams::from_query(&ctx.query, ri)?;
-    let initial_events = ctx.query.flag("sendInitialEvents")?;
-    if initial_events && list.rv_match.as_deref() != Some("NotOlderThan") {
-        return Err(ApiError::invalid_msg(
-            "resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
-        ));
-    }
-    if list.rv_match.is_some() && list.rv.is_none() {
-        return Err(ApiError::invalid_msg(
-            "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
-        ));
-    }
-    let start = match list.rv.as_deref() {
-        _ if initial_events => WatchStart::Snapshot,
-        None | Some("0") => WatchStart::Snapshot,
-        Some(n) => WatchStart::After(
-            n.parse()
-                .map_err(|_| ApiError::bad_request(format!("invalid resourceVersion: {n:?}")))?,
-        ),
+    let send_initial_events = match ctx.query.get("sendInitialEvents") {
+        None => None,
+        Some(_) => Some(ctx.query.flag("sendInitialEvents")?),
     };
+    validate_watch_list(&list, send_initial_events)?;
+    let after = |n: &str| {
+        n.parse()
+            .map(WatchStart::After)
+            .map_err(|_| ApiError::bad_request(format!("invalid resourceVersion: {n:?}")))
+    };
+    let start = match (send_initial_events, list.rv.as_deref()) {
+        (Some(true), _) | (None, None | Some("0")) => WatchStart::Snapshot,
+        // A streaming watch without initial events starts from the newest state (or the given RV).
+        (Some(false), None | Some("0")) => WatchStart::After(sh.store.current_rv()),
+        (_, Some(n)) => after(n)?,
+    };
+    let initial_events = send_initial_events == Some(true);
     let timeout = ctx
         .query
         .uint("timeoutSeconds")?
@@ -70,6 +68,40 @@ fn params(ctx: &Ctx, ri: &ResourceInfo) -> ApiResult<WatchParams> {
     })
 }
 
+/// kube-apiserver's `validateWatchOptions`: `sendInitialEvents` needs `resourceVersionMatch=NotOlderThan`
+/// and vice versa; a watch needs no `resourceVersion` for either (client-go's streaming list sends none and
+/// gets the initial events of the newest state).
+fn validate_watch_list(list: &ListParams, send_initial_events: Option<bool>) -> ApiResult<()> {
+    let rv_match = list.rv_match.as_deref();
+    let mut causes = Vec::new();
+    if send_initial_events.is_some() && rv_match != Some("NotOlderThan") {
+        causes.push(
+            "resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"
+                .to_string(),
+        );
+    }
+    if let Some(m) = rv_match {
+        if send_initial_events.is_none() {
+            causes.push("resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided".to_string());
+        }
+        if m != "NotOlderThan" {
+            causes.push(format!(
+                "resourceVersionMatch: Unsupported value: \"{m}\": supported values: \"NotOlderThan\""
+            ));
+        }
+        if list.cont.is_some() {
+            causes.push(
+                "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden when continue is provided"
+                    .to_string(),
+            );
+        }
+    }
+    if causes.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::invalid_msg(causes.join(", ")))
+}
+
 /// Start a watch: validate, then return the streaming response immediately.
 pub fn serve(sh: Arc<Shared>, ri: Arc<ResourceInfo>, ns: Option<String>, ctx: &Ctx) -> ApiResult<Response<Body>> {
     let out = negotiate(
@@ -81,7 +113,7 @@ pub fn serve(sh: Arc<Shared>, ri: Arc<ResourceInfo>, ns: Option<String>, ctx: &C
         },
     )?;
     let include = include_object(&ctx.query)?;
-    let p = params(ctx, &ri)?;
+    let p = params(&sh, ctx, &ri)?;
     let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(256);
     let ns = if ri.namespaced { ns } else { None };
     let w = Watcher {
