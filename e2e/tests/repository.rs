@@ -267,8 +267,10 @@ async fn git_daemon_repository_becomes_ready_and_picks_up_new_commits() {
     let what = "a NewRevision event";
     wait_for(what, DEADLINE, POLL, || async {
         let events = env.events_yaml().await;
-        (events.contains("NewRevision") && events.contains(&c2[..12]) && events.contains("RepositoryReady"))
-            .then_some(())
+        (events.contains("NewRevision")
+            && events.contains(capstan::text::short_sha(&c2))
+            && events.contains("RepositoryReady"))
+        .then_some(())
     })
     .await;
     // Polling never fetched: only ls-remote requests were made.

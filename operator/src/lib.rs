@@ -13,6 +13,7 @@ pub mod render;
 pub mod reporter;
 pub mod source;
 pub mod telemetry;
+pub mod text;
 pub mod webhook;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

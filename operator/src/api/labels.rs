@@ -1,4 +1,4 @@
-//! Annotation, label and finalizer keys.
+//! Annotation, label and finalizer keys, and the field managers Capstan writes as.
 //!
 //! Resources in Git may carry Argo CD's annotations (`argocd.argoproj.io/...`) or Capstan's own
 //! (`capstan.dev/...`, same names); each `*_ANNOTATIONS` pair lists both, Capstan's first.
@@ -7,6 +7,14 @@
 pub const CAPSTAN_PREFIX: &str = "capstan.dev/";
 /// Prefix of Argo CD's annotations, accepted for compatibility.
 pub const ARGOCD_PREFIX: &str = "argocd.argoproj.io/";
+
+/// Field manager of every write Capstan makes (server-side applies, status, metadata and finalizer
+/// patches, creates), so `managedFields` tells what Capstan owns and the diff can tell drift from
+/// fields other managers own.
+pub const FIELD_MANAGER: &str = "capstan";
+/// Field manager of the Applications an ApplicationSet generates: their own manager, so the fields the
+/// template sets are owned apart from what the Application controller writes (status, `operation`).
+pub const APPLICATION_SET_FIELD_MANAGER: &str = "capstan-applicationset";
 
 /// Label on every applied object: a short stable id of the owning Application, fit for selectors.
 pub const APP_INSTANCE_LABEL: &str = "capstan.dev/app-instance";

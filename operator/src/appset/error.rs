@@ -4,6 +4,8 @@
 //! an `ErrorOccurred` condition whose reason is [`AppSetError::category`]. Messages carry the
 //! generator or template position and the offending text (truncated), never file contents.
 
+use crate::text::truncate;
+
 /// Why generating the Applications of a set failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AppSetError {
@@ -75,15 +77,3 @@ impl AppSetError {
 
 /// Longest message kept from user-controlled text (templates, file errors), so conditions stay small.
 pub(crate) const MAX_MESSAGE: usize = 512;
-
-/// Cuts `text` to at most `max` bytes on a character boundary.
-pub(crate) fn truncate(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
-}

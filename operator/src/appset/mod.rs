@@ -211,7 +211,7 @@ fn render_application(
         apply_template_patch(&mut app, &text)?;
     }
     let mut application: Application = serde_json::from_value(app)
-        .map_err(|e| AppSetError::InvalidApplication(error::truncate(&e.to_string(), error::MAX_MESSAGE)))?;
+        .map_err(|e| AppSetError::InvalidApplication(crate::text::truncate(&e.to_string(), error::MAX_MESSAGE)))?;
     if application.metadata.finalizers.as_ref().is_none_or(Vec::is_empty) && !preserve_resources {
         application.metadata.finalizers = Some(vec![RESOURCES_FINALIZER.to_owned()]);
     }
@@ -224,7 +224,7 @@ fn render_application(
 /// JSON merge patch, which is what Argo CD's strategic merge patch does to Application fields:
 /// objects merge, lists are replaced, null deletes); a list is an RFC 6902 JSON patch.
 fn apply_template_patch(app: &mut Value, text: &str) -> Result<(), AppSetError> {
-    let patch_error = |e: String| AppSetError::TemplatePatch(error::truncate(&e, error::MAX_MESSAGE));
+    let patch_error = |e: String| AppSetError::TemplatePatch(crate::text::truncate(&e, error::MAX_MESSAGE));
     let patch = yaml::parse(text, 1 << 20).map_err(patch_error)?;
     match patch {
         Value::Null => Ok(()),
@@ -252,7 +252,7 @@ fn validate_name(name: &str) -> Result<(), AppSetError> {
     if name.is_empty() || name.len() > 253 || !valid_chars || !valid_ends {
         return Err(AppSetError::InvalidApplication(format!(
             "name {:?} is not a valid DNS-1123 subdomain",
-            error::truncate(name, 100)
+            crate::text::truncate(name, 100)
         )));
     }
     Ok(())

@@ -4,8 +4,8 @@
 
 use serde_json::Value;
 
-use super::error::truncate;
 use crate::render::yaml::{parse_one, YamlLimits};
+use crate::text::truncate;
 
 /// Deepest nesting accepted in any parsed document or parameter value.
 pub const MAX_DEPTH: usize = 64;

@@ -321,10 +321,14 @@ fn watch_error_message(e: &watcher::Error) -> String {
         watcher::Error::InitialListFailed(k) | watcher::Error::WatchStartFailed(k) | watcher::Error::WatchFailed(k) => {
             ClusterError::from_kube(clone_kube_error(k), "watch", false).to_string()
         }
-        watcher::Error::WatchError(s) => format!("watch: {} ({})", super::truncate(&s.message), s.code),
+        watcher::Error::WatchError(s) => format!(
+            "watch: {} ({})",
+            crate::text::truncate(&s.message, super::MAX_MESSAGE_LEN),
+            s.code
+        ),
         other => format!("watch: {other}"),
     };
-    super::truncate(&inner)
+    crate::text::truncate(&inner, super::MAX_MESSAGE_LEN)
 }
 
 /// `kube::Error` is not `Clone`; keep what categorization needs.

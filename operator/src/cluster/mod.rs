@@ -29,6 +29,8 @@ mod tests;
 
 use std::time::Duration;
 
+use crate::text::truncate;
+
 pub use clients::{namespace_allowed, ClusterClients, ClusterHandle, ClusterTimeouts, ResolvedDestination};
 pub use discovery::{DiscoveryCache, ResolvedKind};
 pub use live::{app_instance_id, LiveCache, WatchStatus};
@@ -36,7 +38,7 @@ pub use ops::{ApplyOptions, DeleteOptions, DeleteOutcome, Propagation, ReplaceOu
 pub use probe::{probe, ServerVersion};
 
 /// Field manager of every write Capstan makes; the live cache keeps only this manager's `managedFields`.
-pub const FIELD_MANAGER: &str = "capstan";
+pub use crate::api::labels::FIELD_MANAGER;
 
 /// The destination URL of the operator's own cluster.
 pub const IN_CLUSTER_SERVER: &str = "https://kubernetes.default.svc";
@@ -44,7 +46,7 @@ pub const IN_CLUSTER_SERVER: &str = "https://kubernetes.default.svc";
 pub const IN_CLUSTER_NAME: &str = "in-cluster";
 
 /// Longest API message kept in an error; API messages can be long (whole validation reports).
-const MAX_MESSAGE_LEN: usize = 1024;
+pub(crate) const MAX_MESSAGE_LEN: usize = 1024;
 
 /// Errors of the cluster layer. `category()` is a stable reason for conditions, events and metric labels.
 ///
@@ -146,7 +148,7 @@ impl ClusterError {
             kube::Error::RustlsTls(_) | kube::Error::TlsRequired => {
                 ClusterError::InvalidConfig(format!("{context}: TLS setup failed (check caCert)"))
             }
-            other => ClusterError::Internal(format!("{context}: {}", truncate(&other.to_string()))),
+            other => ClusterError::Internal(format!("{context}: {}", truncate(&other.to_string(), MAX_MESSAGE_LEN))),
         }
     }
 }
@@ -159,7 +161,7 @@ fn from_status(status: &kube::core::Status, context: &str, redact: bool) -> Clus
             status.reason, status.code
         )
     } else {
-        format!("{context}: {}", truncate(&status.message))
+        format!("{context}: {}", truncate(&status.message, MAX_MESSAGE_LEN))
     };
     match status.code {
         401 => ClusterError::Unauthorized(detail),
@@ -198,24 +200,12 @@ fn transport(err: &(dyn std::error::Error + 'static), context: &str) -> ClusterE
         innermost = e;
         cur = e.source();
     }
-    let detail = format!("{context}: {}", truncate(&innermost.to_string()));
+    let detail = format!("{context}: {}", truncate(&innermost.to_string(), MAX_MESSAGE_LEN));
     if timed_out {
         ClusterError::Timeout(detail)
     } else {
         ClusterError::Unreachable(detail)
     }
-}
-
-/// Truncates on a char boundary so a huge API message cannot bloat a status.
-pub(crate) fn truncate(s: &str) -> String {
-    if s.len() <= MAX_MESSAGE_LEN {
-        return s.to_string();
-    }
-    let mut end = MAX_MESSAGE_LEN;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &s[..end])
 }
 
 /// Runs `fut` under `limit`, turning expiry into [`ClusterError::Timeout`]: every call to a cluster is bounded

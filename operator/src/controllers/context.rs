@@ -15,12 +15,12 @@ use kube::Client;
 
 use super::error::{BackoffPolicy, Backoffs};
 use super::notifier::RevisionNotifier;
-use super::status::truncate;
 use crate::cluster::requests::KubeRequestLayer;
 use crate::cluster::ClusterClients;
 use crate::metrics::Metrics;
 use crate::render::{Binaries, CachingRenderer};
 use crate::source::GitSource;
+use crate::text::truncate;
 
 /// The `reportingController` of Capstan's events.
 pub const REPORTER: &str = "capstan";

@@ -40,7 +40,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use super::error::{error_policy, Error};
 use super::notifier::{repository_serves, url_key, RevisionChange, HEAD};
-use super::status::{self, find_condition, mark_not_ready, mark_ready, truncate, MAX_MESSAGE_LEN};
+use super::status::{self, find_condition, mark_not_ready, mark_ready, MAX_MESSAGE_LEN};
 use super::{instrumented, parse_duration, Context, Shutdown};
 use crate::api::conditions::{CONDITION_READY, REASON_INVALID_SPEC, STATUS_TRUE};
 use crate::api::repository::{FetchedRevision, RepositoryStatus, VerificationMode};
@@ -49,6 +49,7 @@ use crate::metrics::{repo_label, GIT_FETCH, GIT_LS_REMOTE};
 use crate::source::credentials::{best_template, template_matches};
 use crate::source::url::strip_userinfo_and_query;
 use crate::source::{Commit, CredentialTemplate, Credentials, RemoteRef, RepoUrl, Revision, SourceError};
+use crate::text::{short_sha, truncate};
 
 /// The controller's name in `--controllers`, metrics and logs.
 pub const CONTROLLER: &str = "repository";
@@ -197,14 +198,10 @@ fn ready_message(revisions: &[FetchedRevision]) -> String {
         Some(head) => format!(
             "listed {} tracked ref(s); HEAD at {}",
             revisions.len(),
-            short(&head.revision)
+            short_sha(&head.revision)
         ),
         None => format!("listed {} tracked ref(s)", revisions.len()),
     }
-}
-
-fn short(sha: &str) -> &str {
-    sha.get(..12).unwrap_or(sha)
 }
 
 /// The refs whose commit differs from the last listing (new refs included), as notifier changes.
@@ -257,8 +254,8 @@ pub fn events_for(
             format!(
                 "{}: {} -> {}",
                 c.ref_,
-                short(c.previous.as_deref().unwrap_or_default()),
-                short(&c.revision)
+                short_sha(c.previous.as_deref().unwrap_or_default()),
+                short_sha(&c.revision)
             )
         })
         .collect();
@@ -669,7 +666,7 @@ async fn verify(
             return Err(SourceError::VerificationFailed(format!(
                 "{} ({}): {message}",
                 rev.ref_,
-                short(&rev.revision)
+                short_sha(&rev.revision)
             )));
         }
     }

@@ -12,9 +12,10 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::api::conditions::{CONDITION_READY, CONDITION_STALLED, REASON_SUCCEEDED, STATUS_FALSE, STATUS_TRUE};
+use crate::text::truncate;
 
 /// Field manager of every write Capstan makes.
-pub const FIELD_MANAGER: &str = "capstan";
+pub use crate::api::labels::FIELD_MANAGER;
 /// Longest condition message / `lastError` kept in status (status stays small).
 pub const MAX_MESSAGE_LEN: usize = 1024;
 
@@ -139,18 +140,6 @@ pub fn remove_condition(conditions: &mut Vec<Condition>, type_: &str) {
     conditions.retain(|c| c.type_ != type_);
 }
 
-/// Truncates `text` to at most `max` bytes on a char boundary, marking the cut with `…`.
-pub fn truncate(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_string();
-    }
-    let mut end = max.saturating_sub('…'.len_utf8());
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
-}
-
 /// Whether two statuses are equal once every [`TIME_FIELDS`] field is ignored.
 pub fn eq_ignoring_time<S: Serialize>(a: &S, b: &S) -> bool {
     match (serde_json::to_value(a), serde_json::to_value(b)) {
@@ -173,6 +162,15 @@ fn strip_time(value: &mut Value) {
         }
         Value::Array(items) => items.iter_mut().for_each(strip_time),
         _ => {}
+    }
+}
+
+/// Parameters of a non-apply patch (merge, JSON) sent as [`FIELD_MANAGER`], so `managedFields` names
+/// Capstan for it too.
+pub fn patch_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..PatchParams::default()
     }
 }
 

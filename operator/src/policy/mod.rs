@@ -16,6 +16,8 @@ use regorus::{Engine, Value as RegoValue};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use crate::text::truncate;
+
 /// Largest accepted module source.
 pub const MAX_MODULE_BYTES: usize = 64 * 1024;
 /// Largest accepted input document (serialized JSON).
@@ -24,7 +26,7 @@ pub const MAX_INPUT_BYTES: usize = 1024 * 1024;
 pub const EVAL_TIME_LIMIT: Duration = Duration::from_millis(250);
 /// Messages kept per policy and rule.
 pub const MAX_MESSAGES: usize = 20;
-/// Characters kept per message.
+/// Bytes kept per message (so at most this many characters), cut by [`crate::text::truncate`].
 pub const MAX_MESSAGE_CHARS: usize = 512;
 /// Compiled sets kept in the cache.
 const CACHE_ENTRIES: usize = 256;
@@ -184,7 +186,7 @@ fn messages(policy: &str, value: &RegoValue) -> Vec<String> {
                 RegoValue::String(s) => s.to_string(),
                 other => other.to_json_str().unwrap_or_else(|_| format!("{other:?}")),
             };
-            truncate(&format!("[{policy}] {text}"))
+            truncate(&format!("[{policy}] {text}"), MAX_MESSAGE_CHARS)
         })
         .collect()
 }
@@ -235,16 +237,22 @@ impl Cache {
     /// The compiled set for `policies`, compiled now if not cached.
     pub fn get(&self, policies: &[(String, String)]) -> Compilation {
         let key = hash(policies);
-        if let Some(hit) = crate::controllers::lock(&self.entries).get(&key) {
+        if let Some(hit) = self.entries().get(&key) {
             return Arc::clone(hit);
         }
         let compiled = Arc::new(compile(policies));
-        let mut entries = crate::controllers::lock(&self.entries);
+        let mut entries = self.entries();
         if entries.len() >= CACHE_ENTRIES {
             entries.clear();
         }
         entries.insert(key, Arc::clone(&compiled));
         compiled
+    }
+
+    /// The entries, taken back from a poisoned lock: each entry is an immutable `Arc` inserted whole, so
+    /// a panic elsewhere cannot leave the map half-written.
+    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], Compilation>> {
+        self.entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -260,16 +268,7 @@ fn hash(policies: &[(String, String)]) -> [u8; 32] {
 }
 
 fn first_lines(s: &str) -> String {
-    truncate(&s.lines().take(6).collect::<Vec<_>>().join("\n"))
-}
-
-fn truncate(s: &str) -> String {
-    if s.chars().count() <= MAX_MESSAGE_CHARS {
-        return s.to_string();
-    }
-    let mut out: String = s.chars().take(MAX_MESSAGE_CHARS).collect();
-    out.push('…');
-    out
+    truncate(&s.lines().take(6).collect::<Vec<_>>().join("\n"), MAX_MESSAGE_CHARS)
 }
 
 #[cfg(test)]

@@ -184,7 +184,7 @@ pub fn parse_file(file: &ManifestFile, limits: &Limits) -> Result<Vec<Value>, Re
 /// serde_json stops at 128 levels of nesting by itself; the profile's depth applies on top.
 fn parse_json(text: &str, limits: &Limits) -> Result<Value, RenderError> {
     let value: Value = serde_json::from_str(text).map_err(|e| {
-        let message = yaml::truncate(&e.to_string(), 300);
+        let message = crate::text::truncate(&e.to_string(), 300);
         if message.contains("recursion limit") {
             RenderError::LimitExceeded(format!("JSON nesting too deep: {message}"))
         } else {

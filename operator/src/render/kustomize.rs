@@ -55,7 +55,7 @@ impl BuildEnv {
             ("ARGOCD_APP_NAME".into(), req.app_name.clone()),
             ("ARGOCD_APP_NAMESPACE".into(), req.destination_namespace.clone()),
             ("ARGOCD_APP_REVISION".into(), req.revision.clone()),
-            ("ARGOCD_APP_REVISION_SHORT".into(), short(7)),
+            ("ARGOCD_APP_REVISION_SHORT".into(), short(crate::text::SHORT_SHA_LEN)),
             ("ARGOCD_APP_REVISION_SHORT_8".into(), short(8)),
             ("ARGOCD_APP_SOURCE_REPO_URL".into(), req.repo_url.clone()),
             ("ARGOCD_APP_SOURCE_PATH".into(), req.app_path.clone()),

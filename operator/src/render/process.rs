@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use super::{yaml, Binaries, Limits, RenderError};
+use super::{Binaries, Limits, RenderError};
 
 /// How much stderr is kept for error messages.
 const MAX_STDERR_BYTES: usize = 64 * 1024;
@@ -247,7 +247,7 @@ pub fn to_render_error(tool: &str, err: ProcessError, replacements: &[(&Path, &s
             let code = code.map_or_else(|| "a signal".to_string(), |c| format!("exit code {c}"));
             RenderError::ToolFailed(format!(
                 "{tool} failed with {code}: {}",
-                yaml::truncate(&text, MAX_ERROR_MESSAGE)
+                crate::text::truncate(&text, MAX_ERROR_MESSAGE)
             ))
         }
     }
@@ -285,7 +285,7 @@ pub fn version_line(output: &str) -> String {
         .find_map(|l| l.trim().strip_prefix("Kustomize Version:").map(str::trim))
         .or_else(|| output.lines().map(str::trim).find(|l| !l.is_empty()))
         .unwrap_or("unknown");
-    yaml::truncate(line, 200)
+    crate::text::truncate(line, 200)
 }
 
 #[cfg(test)]

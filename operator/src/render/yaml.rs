@@ -103,7 +103,7 @@ pub fn parse_one(input: &str, limits: &YamlLimits) -> Result<Value, YamlError> {
 /// Maps a serde-saphyr error onto limit-vs-syntax, keeping only its (snippet-free) message.
 fn classify(err: serde_saphyr::Error) -> YamlError {
     let inner = err.without_snippet();
-    let message = truncate(&inner.to_string(), 300);
+    let message = crate::text::truncate(&inner.to_string(), 300);
     let is_limit = matches!(
         inner,
         serde_saphyr::Error::Budget { .. }
@@ -138,18 +138,6 @@ pub fn check_depth(value: &Value, max_depth: usize) -> Result<(), YamlError> {
         stack.extend(children.map(|c| (c, depth + 1)));
     }
     Ok(())
-}
-
-/// Cuts a message to at most `max` bytes on a character boundary.
-pub fn truncate(message: &str, max: usize) -> String {
-    if message.len() <= max {
-        return message.to_string();
-    }
-    let mut end = max;
-    while !message.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &message[..end])
 }
 
 #[cfg(test)]

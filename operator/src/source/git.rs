@@ -447,15 +447,7 @@ impl<'a> Session<'a> {
     }
 
     fn clean(&self, text: &str) -> String {
-        let mut s = strip_userinfo_and_query(&self.creds.scrub(text));
-        if s.len() > MAX_MESSAGE {
-            let mut cut = MAX_MESSAGE;
-            while !s.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            s.truncate(cut);
-        }
-        s
+        crate::text::truncate(&strip_userinfo_and_query(&self.creds.scrub(text)), MAX_MESSAGE)
     }
 }
 

@@ -24,10 +24,11 @@ use serde_json::{Map, Value};
 
 use super::{append_values, Ctx};
 use crate::api::application_set::GitGenerator;
-use crate::appset::error::{truncate, AppSetError};
+use crate::appset::error::AppSetError;
 use crate::appset::params::{flatten, normalize_numbers, sanitize_name, ParamSet};
 use crate::appset::template::funcs::{path_base, path_dir};
 use crate::appset::yaml;
+use crate::text::truncate;
 
 /// One repository tree at one resolved revision. Paths are relative to the repository root,
 /// `/`-separated, without a leading `/`.

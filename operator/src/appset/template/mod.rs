@@ -18,8 +18,9 @@ use std::rc::Rc;
 
 use serde_json::{Map, Value};
 
-use super::error::{truncate, AppSetError, MAX_MESSAGE};
+use super::error::{AppSetError, MAX_MESSAGE};
 use super::params::ParamSet;
+use crate::text::truncate;
 use go::{GoOptions, Template};
 
 /// Deepest template value walked (the template is a Kubernetes object; this only bounds

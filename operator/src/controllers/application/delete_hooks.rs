@@ -6,13 +6,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::api::{Patch, PatchParams};
+use kube::api::Patch;
 use kube::{Api, ResourceExt};
 use serde_json::{json, Value};
 
 use crate::api::Application;
 use crate::cluster::ops::{self, ApplyOptions, Propagation};
 use crate::cluster::{app_instance_id, ClusterError, ClusterHandle};
+use crate::controllers::status::patch_params;
 use crate::engine::object;
 use crate::engine::plan::delete_hooks::{judge, missing_finalizers, stage_hooks, Stage, Verdict};
 
@@ -63,7 +64,7 @@ pub async fn patch_finalizers(api: &Api<Application>, app: &Application, wanted:
     };
     let patch: json_patch::Patch = serde_json::from_value(ops).map_err(kube::Error::SerdeError)?;
     match api
-        .patch(&app.name_any(), &PatchParams::default(), &Patch::Json::<()>(patch))
+        .patch(&app.name_any(), &patch_params(), &Patch::Json::<()>(patch))
         .await
     {
         Ok(_) => Ok(()),

@@ -8,13 +8,14 @@
 //! Application; the executor re-checks that on the live object before deleting (defence in depth).
 
 use futures::StreamExt;
-use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::api::{DynamicObject, Patch};
 use kube::core::GroupVersionKind;
 use kube::Api;
 use serde_json::{json, Value};
 
 use crate::cluster::ops::{self, ApplyOptions, DeleteOptions, DeleteOutcome, Propagation as OpsPropagation};
 use crate::cluster::{ClusterError, ClusterHandle};
+use crate::controllers::status::patch_params;
 use crate::engine::object;
 use crate::engine::plan::{
     Actions, ApplyAction, ApplyMode, DeleteAction, ObjectRef, Outcome, Propagation, PruneAction, HOOK_FINALIZER,
@@ -239,7 +240,7 @@ async fn remove_hook_finalizer(cluster: &ClusterHandle, target: &ObjectRef) -> R
         Api::all_with(cluster.client().clone(), &kind.resource)
     };
     let patch = json!({"metadata": {"finalizers": remaining, "resourceVersion": rv}});
-    api.patch(&target.name, &PatchParams::default(), &Patch::Merge(&patch))
+    api.patch(&target.name, &patch_params(), &Patch::Merge(&patch))
         .await
         .map(|_| ())
         .map_err(|e| ClusterError::from_kube(e, "remove hook finalizer", false))

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Patch, PatchParams};
+use kube::api::Patch;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
@@ -25,13 +25,14 @@ use crate::api::conditions::{REASON_DEPENDENCY_CYCLE, REASON_DEPENDENCY_NOT_READ
 use crate::api::labels::REFRESH_ANNOTATIONS;
 use crate::api::{Application, PolicySet};
 use crate::cluster::{app_instance_id, ClusterError, ResolvedDestination};
-use crate::controllers::status::{now, write_status, FIELD_MANAGER};
+use crate::controllers::status::{now, patch_params, write_status};
 use crate::controllers::{lock, policy_access};
 use crate::controllers::{Context, Error};
 use crate::engine::diff::DiffOptions;
 use crate::engine::object;
 use crate::engine::plan::delete_hooks::Stage;
 use crate::engine::plan::{termination, LiveObject, Step};
+use crate::text::short_sha;
 
 /// Requeue after a comparison error (source or destination trouble).
 const ERROR_REQUEUE: Duration = Duration::from_secs(30);
@@ -625,7 +626,7 @@ impl<'a> Pipeline<'a> {
             self.found.events.push((
                 EventType::Normal,
                 "SyncStarted",
-                format!("{by} started a sync to {}", short(&revision)),
+                format!("{by} started a sync to {}", short_sha(&revision)),
             ));
         }
         self.after_step(&result, state.as_ref(), &revision);
@@ -681,7 +682,7 @@ impl<'a> Pipeline<'a> {
             };
             self.found
                 .events
-                .push((kind, reason, format!("sync to {}: {message}", short(revision))));
+                .push((kind, reason, format!("sync to {}: {message}", short_sha(revision))));
             self.found.record_history = matches!(
                 result.step,
                 Step::Done {
@@ -819,11 +820,7 @@ impl<'a> Pipeline<'a> {
         if clear_operation {
             patch["operation"] = Value::Null;
         }
-        let params = PatchParams {
-            field_manager: Some(FIELD_MANAGER.into()),
-            ..PatchParams::default()
-        };
-        match self.api.patch(&self.name, &params, &Patch::Merge(&patch)).await {
+        match self.api.patch(&self.name, &patch_params(), &Patch::Merge(&patch)).await {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
             Err(e) => Err(kube_err(e)),
@@ -939,7 +936,7 @@ async fn hook_stage(
         Err(p) => {
             let message = format!(
                 "{stage:?} hooks: the manifests at {} cannot be rendered: {}",
-                short(&synced),
+                short_sha(&synced),
                 p.message
             );
             return deletion_failure(app, ctx, state, api, &message).await;
@@ -1120,10 +1117,6 @@ fn drifted(old: Option<&ApplicationStatus>, new: &ApplicationStatus) -> bool {
 
 fn has_condition_message(status: Option<&ApplicationStatus>, message: &str) -> bool {
     status.is_some_and(|s| s.conditions.iter().any(|c| c.message == message))
-}
-
-fn short(sha: &str) -> &str {
-    sha.get(..7).unwrap_or(sha)
 }
 
 /// Whether a finished operation failed, carries a retry strategy and was not terminated (Argo CD does

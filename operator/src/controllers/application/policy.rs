@@ -12,6 +12,7 @@ use crate::api::application::{
 };
 use crate::controllers::parse_duration;
 use crate::engine::plan::automated_sync_refusal;
+use crate::text::short_sha;
 
 /// Retry limit of an automated sync whose policy has no `retry` block (Argo CD's default).
 pub const AUTOMATED_DEFAULT_RETRY_LIMIT: i64 = 5;
@@ -96,7 +97,7 @@ pub fn decide(input: &AutoInput<'_>) -> AutoDecision {
             let message = op.message.as_deref().unwrap_or("sync failed");
             AutoDecision::AlreadyFailed(format!(
                 "Failed last sync attempt to {}: {message}",
-                short(input.revision)
+                short_sha(input.revision)
             ))
         }
         Some(_) if !auto.self_heal => AutoDecision::Idle,
@@ -257,10 +258,6 @@ pub fn refresh_requested(annotations: Option<&std::collections::BTreeMap<String,
         return None;
     }
     Some(values.iter().any(|v| v.as_str() == crate::api::labels::REFRESH_HARD))
-}
-
-fn short(sha: &str) -> &str {
-    sha.get(..7).unwrap_or(sha)
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ use crate::api::conditions::{
     REASON_SYNCED_AND_HEALTHY, REASON_SYNC_FAILED, REASON_SYNC_RUNNING, STATUS_FALSE, STATUS_TRUE,
 };
 use crate::controllers::status::{remove_condition, set_condition};
+use crate::text::truncate;
 
 /// Condition type: cascade deletion of the managed resources keeps failing (Argo CD's `DeletionError`).
 pub const CONDITION_DELETION_ERROR: &str = "DeletionError";
@@ -311,11 +312,6 @@ pub fn cap_history(history: &mut Vec<RevisionHistory>, limit: Option<i64>) {
         let excess = history.len() - limit;
         history.drain(..excess);
     }
-}
-
-/// Truncates on a character boundary with `…`.
-pub fn truncate(text: &str, max: usize) -> String {
-    crate::controllers::status::truncate(text, max)
 }
 
 #[cfg(test)]

@@ -243,7 +243,7 @@ pub fn refresh_retry(failed: &OperationState, latest: &str, now: Timestamp) -> O
     next.message = Some(format!(
         "Retrying attempt #{} with the new revision {}",
         next.retry_count.unwrap_or(1),
-        latest.get(..7).unwrap_or(latest)
+        crate::text::short_sha(latest)
     ));
     Some(next)
 }

@@ -27,7 +27,7 @@ use crate::api::Application;
 use crate::appset::GeneratedApp;
 
 /// Field manager of the Applications the controller writes.
-pub const FIELD_MANAGER: &str = "capstan-applicationset";
+pub use crate::api::labels::APPLICATION_SET_FIELD_MANAGER as FIELD_MANAGER;
 /// Parallel writes per reconcile.
 const WRITE_CONCURRENCY: usize = 16;
 
@@ -258,7 +258,7 @@ pub fn keep_ignored(
                 Some(p) => pointers.push(p),
                 None => warnings.push(format!(
                     "unsupported jqPathExpression {:?} in ignoreApplicationDifferences (ignored)",
-                    crate::controllers::status::truncate(expr, 100)
+                    crate::text::truncate(expr, 100)
                 )),
             }
         }
@@ -472,7 +472,11 @@ pub async fn execute(api: &Api<Application>, plan: &Plan, policy: ApplicationsSy
 async fn write_one(api: Api<Application>, d: Desired, create: bool, upsert: bool) -> Write {
     let name = d.name.clone();
     if create && !upsert {
-        return match api.create(&PostParams::default(), &d.app).await {
+        let params = PostParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..PostParams::default()
+        };
+        return match api.create(&params, &d.app).await {
             Ok(_) => Write::Created(name),
             Err(kube::Error::Api(s)) if s.code == 409 => Write::Nothing,
             Err(e) => Write::Failed(format!("{name}: {}", kube_message(&e))),
@@ -504,8 +508,8 @@ async fn delete_one(api: Api<Application>, name: String, uid: String) -> Write {
 /// A Kubernetes error as a short message (API status message, never request bodies).
 pub fn kube_message(e: &kube::Error) -> String {
     match e {
-        kube::Error::Api(s) => crate::controllers::status::truncate(&format!("{} ({})", s.message, s.code), 300),
-        other => crate::controllers::status::truncate(&other.to_string(), 300),
+        kube::Error::Api(s) => crate::text::truncate(&format!("{} ({})", s.message, s.code), 300),
+        other => crate::text::truncate(&other.to_string(), 300),
     }
 }
 

@@ -42,7 +42,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -326,9 +326,7 @@ pub async fn reconcile(set: Arc<ApplicationSet>, ctx: Arc<Context>, state: Arc<S
         Err(e) => {
             let message = e.to_string();
             let was = old_status.and_then(|s| find_condition(&s.conditions, "ErrorOccurred"));
-            if was
-                .is_none_or(|c| c.status != "True" || c.message != crate::controllers::status::truncate(&message, 1024))
-            {
+            if was.is_none_or(|c| c.status != "True" || c.message != crate::text::truncate(&message, 1024)) {
                 ctx.publish_event(&ref_, EventType::Warning, "GenerationFailed", "Generate", &message)
                     .await;
             }
@@ -463,7 +461,7 @@ pub async fn reconcile(set: Arc<ApplicationSet>, ctx: Arc<Context>, state: Arc<S
         let patch = serde_json::json!({
             "metadata": {"annotations": refresh.iter().map(|k| (k.to_string(), serde_json::Value::Null)).collect::<serde_json::Map<_, _>>()}
         });
-        sets.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        sets.patch(&name, &super::status::patch_params(), &Patch::Merge(&patch))
             .await?;
     }
     // Metrics.

@@ -61,7 +61,7 @@ fn status_transitions_keep_revisions_and_transition_time() {
     let s1 = next_status(None, &listed, Some(1), &at(10));
     let ready = find_condition(&s1.conditions, CONDITION_READY).unwrap();
     assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("True", "Succeeded"));
-    assert!(ready.message.contains("HEAD at aaaaaaaaaaaa"), "{}", ready.message);
+    assert!(ready.message.contains("HEAD at aaaaaaa"), "{}", ready.message);
     assert_eq!(s1.observed_generation, Some(1));
     assert_eq!(s1.last_fetched_at, Some(at(10)));
 
@@ -135,7 +135,7 @@ fn events_on_transitions_and_new_revisions_only() {
     let ev = events_for(Some(&s2), &s3, &changes);
     assert_eq!(ev.len(), 1);
     assert_eq!(ev[0].1, "NewRevision");
-    assert!(ev[0].2.contains("HEAD: aaaaaaaaaaaa -> bbbbbbbbbbbb"), "{}", ev[0].2);
+    assert!(ev[0].2.contains("HEAD: aaaaaaa -> bbbbbbb"), "{}", ev[0].2);
 
     // Failure: Warning with the category; a different failure: another Warning; same: nothing.
     let fail = |reason: &'static str| Observation::Failed {

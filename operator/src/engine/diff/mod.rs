@@ -31,7 +31,7 @@ use managed::{locate, remove_all, FieldSet, Locator, PathElement};
 use normalize::{absent_equivalent, equivalent_at, normalize, Ctx, MAX_DEPTH};
 
 /// The field manager Capstan applies with.
-pub const FIELD_MANAGER: &str = "capstan";
+pub use crate::api::labels::FIELD_MANAGER;
 
 /// The most paths reported by one diff (the rest are summarized by `modified`).
 const MAX_PATHS: usize = 1000;

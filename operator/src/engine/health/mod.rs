@@ -36,6 +36,7 @@ use serde_json::Value;
 
 use crate::api::application::{HealthStatus, HealthStatusCode, ResourceHealth};
 use crate::engine::object::{self, ObjectKey};
+use crate::text::truncate;
 
 /// Finalizers that keep a hook alive until its result is recorded. A hook being deleted while it carries
 /// one is still assessed normally, so its outcome is not masked by "Pending deletion" (gitops-engine
@@ -164,7 +165,7 @@ pub fn ignores_health_check(obj: &Value) -> bool {
 
 /// How many resources the aggregated message names before "and N more".
 const CAUSES_SHOWN: usize = 3;
-/// Longest per-resource message quoted in the aggregated message, in characters.
+/// Longest per-resource message quoted in the aggregated message, in bytes.
 const CAUSE_MESSAGE_MAX: usize = 160;
 
 /// The health of an Application from its children's, as Argo CD's `setApplicationHealth`:
@@ -281,12 +282,6 @@ fn caused_by(causes: &[String]) -> Option<String> {
 }
 
 /// `s` cut to at most `max` characters, with an ellipsis when cut.
-fn truncate(s: &str, max: usize) -> String {
-    match s.char_indices().nth(max) {
-        Some((at, _)) => format!("{}…", &s[..at]),
-        None => s.to_string(),
-    }
-}
 
 // ---- helpers shared by the per-kind checks ----
 

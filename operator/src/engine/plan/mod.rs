@@ -86,7 +86,7 @@ pub use tasks::{build_tasks, shared_resources, ScopeLookup, SharedResource, Sync
 /// the hook completed (Argo CD's `argocd.argoproj.io/hook-finalizer`).
 pub const HOOK_FINALIZER: &str = "capstan.dev/hook-finalizer";
 
-/// Longest message kept in a result row or the operation message (status stays small).
+/// Longest message kept in a result row or the operation message, in bytes (status stays small).
 pub const MAX_MESSAGE_CHARS: usize = 512;
 
 /// The Application being synced and where it goes.
@@ -123,27 +123,5 @@ impl LiveObject {
             health: None,
             in_sync: false,
         }
-    }
-}
-
-/// `s` cut to at most `max` characters (on a character boundary), with `…` when cut.
-pub fn truncate(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        return s.to_string();
-    }
-    let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
-    out.push('…');
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn truncate_is_char_safe() {
-        assert_eq!(truncate("héllo", 10), "héllo");
-        assert_eq!(truncate("héllo", 3), "hé…");
-        assert_eq!(truncate("", 0), "");
     }
 }

@@ -15,17 +15,18 @@ use serde_json::Value;
 use super::options::{AppOptions, Propagation, PruneOption};
 use super::order;
 use super::tasks::{self, has_hook_finalizer, SyncTask, TaskSet, TaskSetInput};
-use super::{truncate, LiveObject, PlanContext, MAX_MESSAGE_CHARS};
+use super::{LiveObject, PlanContext, MAX_MESSAGE_CHARS};
 use crate::api::application::{
     HealthStatusCode, Operation, OperationPhase, OperationState, ResourceResult, ResourceStatus, ResultCode,
     SyncOperation, SyncOperationResult, SyncPhase, SyncPolicy, SyncStep,
 };
 use crate::engine::object::{self, ObjectKey};
+use crate::text::truncate;
 
 /// Default delay between two sync waves (`controller.sync.wave.delay.seconds`, 2 s in Argo CD).
 pub const DEFAULT_WAVE_DELAY: Duration = Duration::from_secs(2);
 /// Field manager of every server-side apply.
-pub const FIELD_MANAGER: &str = "capstan";
+pub use crate::api::labels::FIELD_MANAGER;
 /// Requeue while waiting for health, hooks, deletions or the live cache.
 pub const WAIT_REQUEUE: Duration = Duration::from_secs(5);
 /// How long an applied object may stay invisible in the live cache before it counts as deleted.

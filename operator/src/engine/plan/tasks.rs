@@ -442,12 +442,7 @@ fn hook_tasks<'a>(
 /// Argo CD's deterministic name for a `generateName` hook: `<generateName><rev[:7]>-<phase>-<start unix>`, lower
 /// case. The same operation always yields the same name, so a restart finds the instance it created.
 pub fn hook_name(generate_name: &str, input: &TaskSetInput<'_>, phase: SyncPhase) -> String {
-    let rev = input.ctx.revision;
-    let short = if rev.chars().count() >= 8 {
-        rev.chars().take(7).collect()
-    } else {
-        rev.to_string()
-    };
+    let short = crate::text::short_sha(input.ctx.revision);
     let postfix = format!("{short}-{phase:?}-{}", input.started_unix).to_lowercase();
     format!("{generate_name}{postfix}")
 }
