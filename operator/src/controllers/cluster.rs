@@ -21,7 +21,7 @@ use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{predicates, watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
 
-use super::error::{error_policy, Error};
+use super::error::{error_policy, Error, KubeStep};
 use super::status::{mark_not_ready, mark_ready, ready_flipped, write_status};
 use super::{instrumented, Context, Shutdown};
 use crate::api::cluster::ClusterStatus;
@@ -146,7 +146,9 @@ async fn reconcile(cluster: &Cluster, ctx: &Context, apps: &[Arc<Application>]) 
     let old = cluster.status.as_ref();
     let new = next_status(old, probe_result, managed, cluster.metadata.generation, &now);
     let api: Api<Cluster> = Api::namespaced(ctx.client.clone(), &ns);
-    write_status(&api, cluster, old, &new).await?;
+    write_status(&api, cluster, old, &new)
+        .await
+        .map_err(KubeStep::StatusWrite.err())?;
     if let Some((ready, message)) = ready_flipped(old.map(|s| s.conditions.as_slice()), &new.conditions) {
         let (kind, reason) = if ready {
             (EventType::Normal, "ClusterReady")

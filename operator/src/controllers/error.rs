@@ -30,12 +30,57 @@ pub enum ErrorKind {
     Transient,
 }
 
+/// The Kubernetes request a reconcile step made, named in [`Error::Kube`] so that a log line and the
+/// `capstan_reconcile_errors_total{category}` label say where a reconcile failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KubeStep {
+    /// Reading what a reconcile works from (Clusters, Repositories, Applications, Secrets).
+    Read,
+    /// The one status write of a reconcile.
+    StatusWrite,
+    /// The write-ahead status write of a sync step, made before the step changes the cluster.
+    WriteAhead,
+    /// Adding or removing finalizers.
+    FinalizerPatch,
+    /// Removing handled refresh annotations or a finished `operation`.
+    MetadataPatch,
+}
+
+impl KubeStep {
+    /// Stable PascalCase name (the error's category).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KubeStep::Read => "Read",
+            KubeStep::StatusWrite => "StatusWrite",
+            KubeStep::WriteAhead => "WriteAhead",
+            KubeStep::FinalizerPatch => "FinalizerPatch",
+            KubeStep::MetadataPatch => "MetadataPatch",
+        }
+    }
+
+    /// A closure for `map_err` that names this step: `api.get(..).await.map_err(KubeStep::Read.err())?`.
+    pub fn err(self) -> impl Fn(kube::Error) -> Error {
+        move |source| Error::Kube { step: self, source }
+    }
+}
+
+impl std::fmt::Display for KubeStep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Errors of any controller.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A Kubernetes API call failed.
-    #[error("Kubernetes API request failed: {0}")]
-    Kube(#[from] kube::Error),
+    /// A Kubernetes API call failed at `step`.
+    #[error("Kubernetes API request failed ({step}): {source}")]
+    Kube {
+        /// Which request of the reconcile failed.
+        step: KubeStep,
+        /// The client's error.
+        source: kube::Error,
+    },
     /// The object's spec cannot work as written (bad duration, bad URL, ...).
     #[error("invalid spec: {0}")]
     InvalidSpec(String),
@@ -61,6 +106,18 @@ pub enum Error {
         /// When to look again (watches usually trigger earlier).
         retry_after: Duration,
     },
+    /// A failure the object's status already reports in a condition (an Application whose source,
+    /// render or destination failed; a cascade deletion that failed). Returned after the status write so
+    /// the backoff, the logs and the metrics see it.
+    #[error("{message}")]
+    Reported {
+        /// The condition's reason (`Timeout`, `AuthenticationFailed`, `InvalidYaml`, ...).
+        category: &'static str,
+        /// Sanitized message.
+        message: String,
+        /// How it is retried.
+        retry: ErrorKind,
+    },
     /// An unexpected internal failure.
     #[error("internal error: {0}")]
     Internal(String),
@@ -70,9 +127,11 @@ impl Error {
     /// Stable PascalCase name for metrics labels, event reasons and condition reasons.
     pub fn category(&self) -> &'static str {
         match self {
-            Error::Kube(_) => "KubeError",
+            Error::Kube { step, .. } => step.as_str(),
             Error::InvalidSpec(_) => "InvalidSpec",
-            Error::Git { category, .. } | Error::Dependency { category, .. } => category,
+            Error::Git { category, .. } | Error::Dependency { category, .. } | Error::Reported { category, .. } => {
+                category
+            }
             Error::Internal(_) => "Internal",
         }
     }
@@ -80,7 +139,8 @@ impl Error {
     /// How this error is retried.
     pub fn kind(&self) -> ErrorKind {
         match self {
-            Error::Kube(_) | Error::Internal(_) => ErrorKind::Transient,
+            Error::Kube { .. } | Error::Internal(_) => ErrorKind::Transient,
+            Error::Reported { retry, .. } => *retry,
             Error::InvalidSpec(_) => ErrorKind::Stalled,
             Error::Git { transient: true, .. } => ErrorKind::Transient,
             Error::Git { retry_after, .. } | Error::Dependency { retry_after, .. } => ErrorKind::Waiting(*retry_after),

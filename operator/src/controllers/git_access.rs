@@ -21,8 +21,12 @@ use crate::source::{Credentials, RepoUrl, Revision, SourceError};
 /// the Secret but never its contents.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CredentialError {
+    /// Stable reason.
     pub category: &'static str,
+    /// What failed, naming the Secret.
     pub message: String,
+    /// Whether reading again may work (the API server did not answer) rather than the Secret missing.
+    pub transient: bool,
 }
 
 /// The non-template Repository serving `repo_url` for an object in `ns` (own namespace first).
@@ -126,10 +130,12 @@ async fn read_secret(ctx: &Context, ns: &str, name: &str, what: &str) -> Result<
         Ok(None) => Err(CredentialError {
             category: "NotFound",
             message: format!("{what} {name} not found in namespace {ns}"),
+            transient: false,
         }),
         Err(_) => Err(CredentialError {
             category: "Timeout",
             message: format!("{what} {name} in namespace {ns} could not be read"),
+            transient: true,
         }),
     }
 }

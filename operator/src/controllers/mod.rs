@@ -40,7 +40,7 @@ use kube::{Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
 pub use context::{Context, Settings};
-pub use error::{Error, ErrorKind};
+pub use error::{Error, ErrorKind, KubeStep};
 
 /// The controllers Capstan knows, in start order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -17,7 +17,7 @@ use kube::runtime::events::EventType;
 use kube::runtime::{predicates, reflector, watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
 
-use super::error::{error_policy, Error};
+use super::error::{error_policy, Error, KubeStep};
 use super::status::{mark_not_ready, mark_ready, ready_flipped, write_status};
 use super::{instrumented, policy_access, Context, Shutdown};
 use crate::api::policy_set::PolicySetStatus;
@@ -98,7 +98,9 @@ async fn reconcile(set: &PolicySet, ctx: &Context) -> Result<Action, Error> {
     let old = set.status.as_ref();
     let new = next_status(old, compiled, set.metadata.generation, &now);
     let api: Api<PolicySet> = Api::namespaced(ctx.client.clone(), &ns);
-    write_status(&api, set, old, &new).await?;
+    write_status(&api, set, old, &new)
+        .await
+        .map_err(KubeStep::StatusWrite.err())?;
     if let Some((ready, message)) = ready_flipped(old.map(|s| s.conditions.as_slice()), &new.conditions) {
         let (kind, reason) = if ready {
             (EventType::Normal, "PoliciesCompiled")

@@ -38,7 +38,7 @@ use kube::runtime::{predicates, watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
-use super::error::{error_policy, Error};
+use super::error::{error_policy, Error, KubeStep};
 use super::notifier::{repository_serves, url_key, RevisionChange, HEAD};
 use super::status::{self, find_condition, mark_not_ready, mark_ready, MAX_MESSAGE_LEN};
 use super::{instrumented, parse_duration, Context, Shutdown};
@@ -528,7 +528,9 @@ async fn finish(
 ) -> Result<(), Error> {
     let old = repo.status.as_ref();
     let new = next_status(old, observation, repo.metadata.generation, &status::now());
-    status::write_status(api, repo, old, &new).await?;
+    status::write_status(api, repo, old, &new)
+        .await
+        .map_err(KubeStep::StatusWrite.err())?;
     for change in changes {
         tracing::info!(
             controller = CONTROLLER,

@@ -2,8 +2,9 @@
 //! destination, converges it in sync waves, and reports Argo CD-shaped status.
 //!
 //! # Reconcile
-//! `reconcile` = finalizer dispatch: an Application being deleted with a cascade finalizer goes to
-//! [`deletion`] (Cleanup); anything else runs the pipeline (Apply), as named steps:
+//! `reconcile` = finalizer dispatch: an Application being deleted with a cascade or deletion-hook
+//! finalizer goes to the cleanup ([`deletion`], [`delete_hooks`]); anything else runs the pipeline, as
+//! named steps:
 //!
 //! 1. **destination** (client): `spec.destination` → a cluster connection; `spec.namespaces` of the
 //!    Cluster enforced (a namespace outside it refuses the sync with `InvalidSpecError`);
@@ -11,16 +12,27 @@
 //! 3. **render** (no client): `CachingRenderer` (hard refresh bypasses its cache);
 //! 4. **live** (live cache only, never a cluster-wide list): kinds watched, objects of this instance;
 //! 5. **compare** (no client): diff + health per resource, aggregated sync and health ([`compare`]);
-//! 6. **policy** (no client): running operation, requested `operation` (sync/rollback), retries,
-//!    automated sync and selfHeal, dependsOn ([`policy`], [`dependencies`]);
+//!    PolicySets evaluated against the rendered objects ([`crate::controllers::policy_access`]);
+//! 6. **choose** (pure, [`choice::choose`]): running operation, PolicySet gate, requested `operation`
+//!    (sync/rollback), retries, automated sync and selfHeal ([`auto_sync`]), dependsOn
+//!    ([`dependencies`]);
 //! 7. **sync step** (client): one (phase, wave) via `engine::plan` with write-ahead persistence
 //!    ([`sync`], [`executor`]);
 //! 8. **status** (client): [`status::compute`] → ONE status patch (none when unchanged), plus the
 //!    write-ahead patch of a step that changes the cluster; events on transitions; metrics.
 //!
-//! Failures of steps 1–3 never prune: they become `ComparisonError` (sync status `Unknown`) and a
-//! running operation errors without applying or pruning anything. An incomplete live cache makes the
-//! planner wait.
+//! Every step records what it learns in the [`findings::Findings`]; requeues go through
+//! [`findings::Findings::requeue_within`] (the earliest wins).
+//!
+//! # Errors
+//! Failures of steps 1–3 never prune: they become `ComparisonError` (sync status `Unknown`) or
+//! `InvalidSpecError`, and a running operation errors without applying or pruning anything. Each
+//! carries a [`status::ProblemKind`] (transient, invalid spec, permanent) that decides `Stalled`. Once
+//! the status is written, the failure is returned as the reconcile's error
+//! ([`findings::Findings::failure`]): transient trouble backs off per object and counts in
+//! `capstan_reconcile_errors_total`; anything else is looked at again after
+//! [`findings::ERROR_REQUEUE`]. A Kubernetes request that fails names its step
+//! ([`crate::controllers::KubeStep`]). An incomplete live cache makes the planner wait.
 //!
 //! # Triggers
 //! Spec, operation, refresh annotation, finalizer and deletion changes of the Application (a
@@ -37,16 +49,19 @@
 //!
 //! [`RevisionNotifier`]: crate::controllers::notifier::RevisionNotifier
 
+pub mod auto_sync;
+pub mod choice;
 pub mod compare;
 pub mod delete_hooks;
 pub mod deletion;
 pub mod dependencies;
 pub mod executor;
-pub mod policy;
+pub mod findings;
 pub mod source;
 pub mod status;
 pub mod sync;
 
+mod cleanup;
 mod pipeline;
 
 #[cfg(test)]
@@ -67,7 +82,7 @@ use kube::{Resource, ResourceExt};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
-use super::error::{error_policy, Error};
+use super::error::error_policy;
 use super::notifier::owner_key;
 use super::{instrumented, lock, ns_name, Context, Shutdown};
 use crate::api::application::{HealthStatusCode, OperationPhase, SyncStatusCode};
@@ -498,9 +513,4 @@ fn requeue(after: Option<Duration>, periodic: Option<Duration>) -> Action {
 /// The object reference events are published about.
 fn event_ref(app: &Application) -> k8s_openapi::api::core::v1::ObjectReference {
     app.object_ref(&())
-}
-
-/// Maps a failed Kubernetes write into the controller error.
-fn kube_err(e: kube::Error) -> Error {
-    Error::Kube(e)
 }

@@ -10,43 +10,32 @@ use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::{json, Value};
 
+use super::choice::{self, retry_verdict, retryable, ChoiceInput, Next, RetryVerdict};
 use super::compare::{self, LiveView};
-use super::delete_hooks::{self, StageStep};
-use super::deletion::{self, Progress};
-use super::executor::Owner;
-use super::policy::{self, AutoDecision, AutoInput};
-use super::status::{self, Compared, Problem, StatusInput};
-use super::sync::{self, StepArgs};
-use super::{dependencies, event_ref, kube_err, peers, periodic, requeue, source, State, CONTROLLER};
+use super::findings::{AppEvent, Findings, RECOMPARE_REQUEUE, WAIT_REQUEUE};
+use super::status::{self, Problem};
+use super::sync::{self, StepArgs, StepResult};
+use super::{auto_sync, cleanup, delete_hooks, dependencies, peers, periodic, requeue, source, State};
 use crate::api::application::{
     ApplicationSource, ApplicationStatus, Operation, OperationPhase, OperationState, ResultCode, SyncStatusCode,
 };
-use crate::api::conditions::{REASON_DEPENDENCY_CYCLE, REASON_DEPENDENCY_NOT_READY, REASON_POLICY_DENIED};
 use crate::api::labels::REFRESH_ANNOTATIONS;
 use crate::api::{Application, PolicySet};
-use crate::cluster::{app_instance_id, ClusterError, ResolvedDestination};
+use crate::cluster::{app_instance_id, ResolvedDestination};
 use crate::controllers::status::{now, patch_params, write_status};
-use crate::controllers::{lock, policy_access};
-use crate::controllers::{Context, Error};
+use crate::controllers::{lock, policy_access, Context, Error, KubeStep};
 use crate::engine::diff::DiffOptions;
 use crate::engine::object;
-use crate::engine::plan::delete_hooks::Stage;
-use crate::engine::plan::{termination, LiveObject, Step};
+use crate::engine::plan::{LiveObject, Step};
 use crate::text::short_sha;
 
-/// Requeue after a comparison error (source or destination trouble).
-const ERROR_REQUEUE: Duration = Duration::from_secs(30);
-/// Requeue while policies block a sync (a PolicySet change also wakes the Application).
-const POLICY_REQUEUE: Duration = Duration::from_secs(30);
-
-/// Requeue while the live cache is incomplete or dependencies are not ready.
-const WAIT_REQUEUE: Duration = Duration::from_secs(5);
+use super::executor::Owner;
 
 /// Reconciles one Application (see the parent module).
 pub async fn reconcile(app: Arc<Application>, ctx: Arc<Context>, state: Arc<State>) -> Result<Action, Error> {
     let started = Instant::now();
     let result = if app.metadata.deletion_timestamp.is_some() {
-        cleanup(&app, &ctx, &state).await
+        cleanup::cleanup(&app, &ctx, &state).await
     } else {
         Pipeline::new(&app, &ctx, &state)?.run().await
     };
@@ -56,58 +45,13 @@ pub async fn reconcile(app: Arc<Application>, ctx: Arc<Context>, state: Arc<Stat
     result
 }
 
-/// Everything the status step needs, gathered by the earlier steps.
-#[derive(Default)]
-struct Findings {
-    compared: Option<Compared>,
-    comparison_error: Option<Problem>,
-    operation_state: Option<OperationState>,
-    record_history: bool,
-    sync_error: Option<Problem>,
-    dependency: Option<Problem>,
-    invalid_spec: Option<Problem>,
-    requeue: Option<Duration>,
-    clear_operation: bool,
-    events: Vec<(EventType, &'static str, String)>,
-    /// What the PolicySets that apply said about the rendered state (`None`: none applies, or the
-    /// render failed).
-    policy: Option<policy_access::Findings>,
-    /// The PolicySet cache has not listed yet: no sync may start (fail closed at start-up).
-    policy_pending: bool,
-}
-
-impl Findings {
-    /// Why no sync may start because of policies, if so.
-    fn policy_block(&self) -> Option<Problem> {
-        if self.policy_pending {
-            return Some(Problem::new("PolicyPending", "waiting for the PolicySets to be listed"));
-        }
-        self.policy_denied()
-    }
-
-    fn policy_denied(&self) -> Option<Problem> {
-        let denied = &self.policy.as_ref()?.denied;
-        (!denied.is_empty()).then(|| {
-            Problem::new(
-                REASON_POLICY_DENIED,
-                format!("sync denied by policy: {}", denied.join("; ")),
-            )
-        })
-    }
-
-    fn policy_warning(&self) -> Option<Problem> {
-        let warned = &self.policy.as_ref()?.warned;
-        (!warned.is_empty()).then(|| Problem::new("PolicyWarning", warned.join("; ")))
-    }
-}
-
-struct Pipeline<'a> {
+pub(super) struct Pipeline<'a> {
     app: &'a Application,
     ctx: &'a Context,
     state: &'a Arc<State>,
     api: Api<Application>,
-    ns: String,
-    name: String,
+    pub(super) ns: String,
+    pub(super) name: String,
     /// The status as last written by this reconcile (the write-ahead patch updates it).
     written: Option<ApplicationStatus>,
     found: Findings,
@@ -143,14 +87,36 @@ impl Timings {
 }
 
 /// The rendered target: commit and objects (namespaces filled in later).
-struct Rendered {
-    commit: String,
-    objects: Vec<Value>,
+pub(super) struct Rendered {
+    pub(super) commit: String,
+    pub(super) objects: Vec<Value>,
     source_type: crate::api::application::ApplicationSourceType,
 }
 
+/// The live state of the destination as the later steps see it.
+struct Observed {
+    /// `spec.destination.namespace` (may be empty).
+    dest_ns: String,
+    /// The live cache's view of this Application's objects.
+    view: LiveView,
+    /// The rendered objects with their namespaces filled in.
+    desired: Vec<Value>,
+    /// The live objects with health and diff verdicts, for the planner (empty until compared).
+    live: Vec<LiveObject>,
+}
+
+/// What a sync step syncs: the operation's commit and objects.
+struct OperationTarget {
+    revision: String,
+    objects: Vec<Value>,
+    /// The objects were rendered at `revision` (a failed render errors the operation).
+    rendered: bool,
+    /// They are the comparison's target (the same source at the same commit).
+    same_as_target: bool,
+}
+
 impl<'a> Pipeline<'a> {
-    fn new(app: &'a Application, ctx: &'a Context, state: &'a Arc<State>) -> Result<Self, Error> {
+    pub(super) fn new(app: &'a Application, ctx: &'a Context, state: &'a Arc<State>) -> Result<Self, Error> {
         let ns = app
             .namespace()
             .ok_or_else(|| Error::InvalidSpec("an Application must be namespaced".into()))?;
@@ -175,7 +141,7 @@ impl<'a> Pipeline<'a> {
             // Frozen: no comparison, no sync, status untouched (see the module doc).
             return Ok(requeue(None, periodic(self.ctx.settings.reconcile_interval, self.app)));
         }
-        let refresh = policy::refresh_requested(self.app.metadata.annotations.as_ref());
+        let refresh = auto_sync::refresh_requested(self.app.metadata.annotations.as_ref());
         let generation_changed =
             self.app.status.as_ref().and_then(|s| s.observed_generation) != self.app.metadata.generation;
         let force = refresh.is_some() | self.state.take_forced(self.app) | generation_changed;
@@ -183,84 +149,28 @@ impl<'a> Pipeline<'a> {
 
         // 1. destination
         let dest = match self.destination().await {
-            Ok(d) => Some(d),
+            Ok(d) => d,
             Err(p) => {
-                self.found.requeue = Some(ERROR_REQUEUE);
-                if p.reason == "NamespaceNotAllowed" || p.reason == "InvalidConfig" {
-                    self.found.invalid_spec = Some(p);
-                } else {
-                    self.found.comparison_error = Some(p);
-                }
-                None
+                self.found.fail_destination(p);
+                return self.finish(refresh.is_some()).await;
             }
-        };
-        let Some(dest) = dest else {
-            return self.finish(refresh.is_some()).await;
         };
         self.state.subscribe_live(&dest.cluster);
-
         // 2–3. resolve source, render
-        let target_rev = target_revision(&self.app.spec.source);
-        let rendered = self.render(&self.app.spec.source, &target_rev, force, hard).await;
-        self.timings.mark("render");
-        let rendered = match rendered {
-            Ok(r) => Some(r),
-            Err(p) => {
-                self.found.comparison_error = Some(p);
-                self.found.requeue = Some(ERROR_REQUEUE);
-                None
-            }
-        };
-
+        let rendered = self.render_target(force, hard).await;
+        // 4. live; 5. compare, PolicySets
+        let mut observed = self.observe(&dest, &instance, rendered.as_ref()).await;
         if let Some(r) = &rendered {
-            // Deletion hooks need the Application held by a finalizer before anyone deletes it.
-            if let Err(e) = delete_hooks::ensure_finalizers(&self.api, self.app, &r.objects).await {
-                tracing::warn!(error = %e, "adding the deletion-hook finalizers failed; retried next reconcile");
-            }
-        }
-
-        // 4. live
-        let dest_ns = self.app.spec.destination.namespace.clone().unwrap_or_default();
-        let desired_raw: &[Value] = rendered.as_ref().map(|r| r.objects.as_slice()).unwrap_or_default();
-        let previous = self
-            .app
-            .status
-            .as_ref()
-            .map(|s| s.resources.as_slice())
-            .unwrap_or_default();
-        let kinds = compare::kinds_to_watch(desired_raw, previous);
-        let view = compare::observe(&dest.cluster, &instance, &kinds, desired_raw, &dest_ns).await;
-        self.timings.mark("live");
-        let desired: Vec<Value> = desired_raw
-            .iter()
-            .map(|o| compare::with_namespace(o, &view, &dest_ns))
-            .collect();
-        if !view.complete {
-            self.found.requeue = Some(WAIT_REQUEUE);
-        }
-
-        // 5. compare
-        let mut planner_live = Vec::new();
-        if let Some(r) = &rendered {
-            let opts = DiffOptions::with_ignore_differences(&self.app.spec.ignore_differences);
-            let comparison = compare::compare(&self.ns, &self.name, &r.commit, &desired, &view, &opts);
-            let mut compared = comparison.compared;
-            compared.source_type = Some(r.source_type);
-            planner_live = comparison.live;
-            if let Some(p) = namespace_violation(&dest, &dest_ns, &desired) {
-                self.found.invalid_spec = Some(p);
-            }
-            self.found.compared = Some(compared);
+            self.compare(&dest, r, &mut observed);
         }
         self.timings.mark("compare");
         if let Some(r) = &rendered {
-            self.evaluate_policies(r, &desired).await;
+            self.evaluate_policies(r, &observed.desired).await;
         }
-
-        // 6. policy → operation; 7. sync step
-        if let Some(op) = self.choose_operation(rendered.as_ref()).await? {
-            let target = (rendered.as_ref(), desired.as_slice(), planner_live.as_slice());
-            self.sync_step(&dest, &view, op, target, &dest_ns, force, hard).await?;
+        // 6. choose; 7. sync step
+        if let Some(op) = self.choose(rendered.as_ref()) {
+            self.sync_step(&dest, &observed, op, rendered.as_ref(), (force, hard))
+                .await?;
             self.timings.mark("sync");
         }
         self.finish(refresh.is_some()).await
@@ -272,20 +182,19 @@ impl<'a> Pipeline<'a> {
         let clusters = self
             .ctx
             .clusters()
-            .ok_or_else(|| Problem::new("InvalidConfig", "no cluster clients configured"))?;
+            .ok_or_else(|| Problem::invalid_spec("InvalidConfig", "no cluster clients configured"))?;
         let dest = clusters
             .resolve(&self.ns, &self.app.spec.destination)
             .await
-            .map_err(|e| Problem::new(e.category(), e.to_string()))?;
+            .map_err(|e| Problem::from_cluster(&e))?;
         if let Some(ns) = self.app.spec.destination.namespace.as_deref().filter(|n| !n.is_empty()) {
-            dest.check_namespace(ns)
-                .map_err(|e| Problem::new(e.category(), e.to_string()))?;
+            dest.check_namespace(ns).map_err(|e| Problem::from_cluster(&e))?;
         }
         Ok(dest)
     }
 
     /// Steps 2–3 for `source` at `revision`.
-    async fn render(
+    pub(super) async fn render(
         &self,
         source: &ApplicationSource,
         revision: &str,
@@ -301,11 +210,82 @@ impl<'a> Pipeline<'a> {
         })
     }
 
+    /// Steps 2–3 for the target revision; a failure becomes the comparison error. A successful render
+    /// also adds the finalizers its deletion hooks need, so the Application is held by them before
+    /// anyone deletes it.
+    async fn render_target(&mut self, force: bool, hard: bool) -> Option<Rendered> {
+        let source = &self.app.spec.source;
+        let rendered = self.render(source, &target_revision(source), force, hard).await;
+        self.timings.mark("render");
+        match rendered {
+            Ok(r) => {
+                if let Err(e) = delete_hooks::ensure_finalizers(&self.api, self.app, &r.objects).await {
+                    tracing::warn!(error = %e, "adding the deletion-hook finalizers failed; retried next reconcile");
+                }
+                Some(r)
+            }
+            Err(p) => {
+                self.found.fail_comparison(p);
+                None
+            }
+        }
+    }
+
+    /// Step 4: the live objects of this instance from the live cache (never a cluster-wide list); an
+    /// incomplete cache makes the planner wait.
+    async fn observe(&mut self, dest: &ResolvedDestination, instance: &str, rendered: Option<&Rendered>) -> Observed {
+        let dest_ns = self.app.spec.destination.namespace.clone().unwrap_or_default();
+        let desired_raw: &[Value] = rendered.map(|r| r.objects.as_slice()).unwrap_or_default();
+        let previous = self
+            .app
+            .status
+            .as_ref()
+            .map(|s| s.resources.as_slice())
+            .unwrap_or_default();
+        let kinds = compare::kinds_to_watch(desired_raw, previous);
+        let view = compare::observe(&dest.cluster, instance, &kinds, desired_raw, &dest_ns).await;
+        self.timings.mark("live");
+        let desired = desired_raw
+            .iter()
+            .map(|o| compare::with_namespace(o, &view, &dest_ns))
+            .collect();
+        if !view.complete {
+            self.found.requeue_within(WAIT_REQUEUE);
+        }
+        Observed {
+            dest_ns,
+            view,
+            desired,
+            live: Vec::new(),
+        }
+    }
+
+    /// Step 5: diff and health per resource, aggregated; the Cluster's namespace allow-list checked for
+    /// every desired object.
+    fn compare(&mut self, dest: &ResolvedDestination, rendered: &Rendered, observed: &mut Observed) {
+        let opts = DiffOptions::with_ignore_differences(&self.app.spec.ignore_differences);
+        let comparison = compare::compare(
+            &self.ns,
+            &self.name,
+            &rendered.commit,
+            &observed.desired,
+            &observed.view,
+            &opts,
+        );
+        let mut compared = comparison.compared;
+        compared.source_type = Some(rendered.source_type);
+        observed.live = comparison.live;
+        if let Some(p) = namespace_violation(dest, &observed.desired) {
+            self.found.invalid_spec = Some(p);
+        }
+        self.found.compared = Some(compared);
+    }
+
     /// Step 5b: the PolicySets that apply, evaluated against the Application and each rendered object
     /// (off the async runtime: Rego is CPU-bound). Blocks syncs until the PolicySet cache has listed.
     async fn evaluate_policies(&mut self, rendered: &Rendered, desired: &[Value]) {
         if !self.state.policies_synced() {
-            self.found.policy_pending = true;
+            self.found.policy_sets_pending = true;
             return;
         }
         let sets = self.state.policy_sets();
@@ -340,7 +320,7 @@ impl<'a> Pipeline<'a> {
             self.report_dry_run(&sets, &findings.dry_run).await;
         }
         self.timings.mark("policy");
-        self.found.policy = Some(findings);
+        self.found.policy_sets = Some(findings);
     }
 
     /// `DryRun` PolicySets only report: one Event on each PolicySet with what it found about this
@@ -367,254 +347,100 @@ impl<'a> Pipeline<'a> {
         }
     }
 
-    /// Step 6: the operation to advance this reconcile, if any.
-    async fn choose_operation(
-        &mut self,
-        rendered: Option<&Rendered>,
-    ) -> Result<Option<(Operation, Option<OperationState>)>, Error> {
-        let current = self.app.status.as_ref().and_then(|s| s.operation_state.clone());
-        if let Some(op) = current.as_ref().filter(|o| !sync::is_completed(o)) {
-            let mut op = op.clone();
-            if let Some(timeout) = self.ctx.settings.sync_timeout {
-                if termination::exceeded_timeout(&op, timeout, Timestamp::now()) {
-                    termination::terminate_for_timeout(&mut op, timeout);
-                }
-            }
-            return Ok(Some((op.operation.clone(), Some(op))));
-        }
-        if let Some(problem) = self.found.policy_block() {
-            if problem.reason != REASON_POLICY_DENIED {
-                // Not listed yet: shown like any other thing the sync waits for.
-                self.found.dependency.get_or_insert(problem);
-                self.found.requeue = Some(WAIT_REQUEUE);
-                return Ok(None);
-            }
-            // A running operation goes on (it was allowed when it started); nothing new starts.
-            if self.app.operation.is_some() {
-                let note = format!("requested sync refused: {}", problem.message);
-                self.found.events.push((EventType::Warning, "SyncDenied", note));
-                self.found.sync_error = Some(problem);
-                self.found.clear_operation = true;
-            }
-            self.found.requeue.get_or_insert(POLICY_REQUEUE);
-            return Ok(None);
-        }
-        if let Some(requested) = self.app.operation.clone() {
-            return Ok(self.requested_operation(requested, current));
-        }
-        if let Some(last) = current.as_ref().filter(|o| retryable(o)) {
-            let verdict = retry_verdict(last);
-            let latest = rendered.map(|r| r.commit.as_str()).unwrap_or_default();
-            if !matches!(verdict, RetryVerdict::Exhausted) {
-                if let Some(next) = sync::refresh_retry(last, latest, Timestamp::now()) {
-                    return Ok(Some((next.operation.clone(), Some(next))));
-                }
-            }
-            match verdict {
-                RetryVerdict::Due => {
-                    return Ok(Some((
-                        last.operation.clone(),
-                        Some(sync::restart(last, Timestamp::now())),
-                    )))
-                }
-                RetryVerdict::Wait(d) => {
-                    self.found.requeue = Some(d);
-                    return Ok(None);
-                }
-                RetryVerdict::Exhausted => {}
-            }
-        }
-        if self.found.comparison_error.is_some() || self.found.invalid_spec.is_some() {
-            return Ok(None);
-        }
-        let (Some(compared), Some(r)) = (self.found.compared.as_ref(), rendered) else {
-            return Ok(None);
+    /// Step 6: the operation to advance this reconcile, if any ([`choice::choose`], pure); what it
+    /// found on the way goes to the findings.
+    fn choose(&mut self, rendered: Option<&Rendered>) -> Option<(Operation, Option<OperationState>)> {
+        let gate = self.found.policy_gate();
+        let target = rendered
+            .zip(self.found.compared.as_ref())
+            .map(|(r, c)| (r.commit.as_str(), c));
+        let dependencies = self.dependencies();
+        let status = self.app.status.as_ref();
+        let input = ChoiceInput {
+            current: status.and_then(|s| s.operation_state.as_ref()),
+            requested: self.app.operation.as_ref(),
+            history: status.map(|s| s.history.as_slice()).unwrap_or_default(),
+            sync_policy: self.app.spec.sync_policy.as_ref(),
+            sync_timeout: self.ctx.settings.sync_timeout,
+            gate: &gate,
+            target,
+            blocked: self.found.comparison_error.is_some() || self.found.invalid_spec.is_some(),
+            self_heal_attempts: target.map_or(0, |(commit, _)| self.state.self_heal_attempts(self.app, commit)),
+            dependencies: &dependencies,
         };
-        let since_last = current
-            .as_ref()
-            .and_then(|o| o.finished_at.as_ref())
-            .map(|t| Duration::from_millis((Timestamp::now().as_millisecond() - t.0.as_millisecond()).max(0) as u64));
-        let input = AutoInput {
-            policy: self.app.spec.sync_policy.as_ref(),
-            sync: compared.sync,
-            revision: &r.commit,
-            resources: &compared.resources,
-            last: current.as_ref(),
-            self_heal_attempts: self.state.self_heal_attempts(self.app, &r.commit),
-            since_last,
-        };
-        match policy::decide(&input) {
-            AutoDecision::Idle => Ok(None),
-            AutoDecision::Backoff(d) => {
-                self.found.requeue = Some(d);
-                Ok(None)
-            }
-            AutoDecision::AlreadyFailed(m) | AutoDecision::Refused(m) => {
-                self.found.sync_error = Some(Problem::new("SyncFailed", m));
-                Ok(None)
-            }
-            AutoDecision::Sync(op) => {
-                if !self.dependencies_ready() {
-                    return Ok(None);
-                }
-                let self_heal = current.is_some() && op.sync.as_ref().is_some_and(|s| !s.resources.is_empty());
-                self.state.count_self_heal(self.app, &r.commit, self_heal);
-                Ok(Some((*op, None)))
-            }
+        let choice = choice::choose(&input, Timestamp::now());
+        if let (
+            Next::Start {
+                self_heal: Some(self_heal),
+                ..
+            },
+            Some((commit, _)),
+        ) = (&choice.next, target)
+        {
+            self.state.count_self_heal(self.app, commit, *self_heal);
         }
+        if let Some(after) = choice.requeue {
+            self.found.requeue_within(after);
+        }
+        if let Some(note) = choice.denied {
+            self.found.events.push((EventType::Warning, "SyncDenied", note));
+        }
+        self.found.sync_error = choice.sync_error.or(self.found.sync_error.take());
+        self.found.dependency = choice.dependency.or(self.found.dependency.take());
+        self.found.clear_operation |= choice.clear_operation;
+        choice.next.into_step()
     }
 
-    /// A manual `operation`: finished already (remove it), refused (rollback with automated sync), or
-    /// to start.
-    fn requested_operation(
-        &mut self,
-        requested: Operation,
-        current: Option<OperationState>,
-    ) -> Option<(Operation, Option<OperationState>)> {
-        let history = self
-            .app
-            .status
-            .as_ref()
-            .map(|s| s.history.as_slice())
-            .unwrap_or_default();
-        let op = match requested.rollback.as_ref() {
-            Some(rb) => {
-                match policy::rollback_to_sync(&requested, rb.id, history, self.app.spec.sync_policy.as_ref()) {
-                    Ok(op) => op,
-                    Err(message) => {
-                        self.found.sync_error = Some(Problem::new("RollbackRefused", message));
-                        self.found.clear_operation = true;
-                        return None;
-                    }
-                }
-            }
-            None => requested,
-        };
-        if let Some(done) = current.filter(|c| c.operation == op) {
-            if retryable(&done) {
-                match retry_verdict(&done) {
-                    RetryVerdict::Due => return Some((op, Some(sync::restart(&done, Timestamp::now())))),
-                    RetryVerdict::Wait(d) => {
-                        self.found.requeue = Some(d);
-                        return None;
-                    }
-                    RetryVerdict::Exhausted => {}
-                }
-            }
-            self.found.clear_operation = true;
-            return None;
-        }
-        if !self.dependencies_ready() {
-            return None;
-        }
-        Some((op, None))
-    }
-
-    /// `spec.dependsOn`: ready, or the waiting/cycle problem recorded.
-    fn dependencies_ready(&mut self) -> bool {
+    /// `spec.dependsOn` among the namespace's Applications (ready when it names none).
+    fn dependencies(&self) -> dependencies::Verdict {
         if self.app.spec.depends_on.is_empty() {
-            return true;
+            return dependencies::Verdict::Ready;
         }
-        let peers = peers(&self.state.applications(), &self.ns);
-        let mut peers = peers;
+        let mut peers = peers(&self.state.applications(), &self.ns);
         peers.entry(self.name.clone()).or_insert_with(|| dependencies::Peer {
             depends_on: self.app.spec.depends_on.clone(),
             ..Default::default()
         });
-        match dependencies::check(&self.name, &peers) {
-            dependencies::Verdict::Ready => true,
-            dependencies::Verdict::Waiting(m) => {
-                self.found.dependency = Some(Problem::new(REASON_DEPENDENCY_NOT_READY, m));
-                self.found.requeue = Some(Duration::from_secs(10));
-                false
-            }
-            dependencies::Verdict::Cycle(m) => {
-                self.found.dependency = Some(Problem::new(REASON_DEPENDENCY_CYCLE, m));
-                false
-            }
-        }
+        dependencies::check(&self.name, &peers)
     }
 
-    /// Step 7: one sync step of `op`.
-    #[allow(clippy::too_many_arguments)]
+    /// Step 7: one sync step of `op` (see [`sync`] for the write-ahead contract).
     async fn sync_step(
         &mut self,
         dest: &ResolvedDestination,
-        view: &LiveView,
+        observed: &Observed,
         (op, state): (Operation, Option<OperationState>),
-        (target, desired, live): (Option<&Rendered>, &[Value], &[LiveObject]),
-        dest_ns: &str,
-        force: bool,
-        hard: bool,
+        target: Option<&Rendered>,
+        (force, hard): (bool, bool),
     ) -> Result<(), Error> {
         if self.found.invalid_spec.is_some() && state.is_none() {
             return Ok(());
         }
-        let sync_op = op.sync.clone().unwrap_or_default();
-        let source = sync_op.source.clone().unwrap_or_else(|| self.app.spec.source.clone());
-        let wanted = state
-            .as_ref()
-            .and_then(|s| s.sync_result.as_ref())
-            .map(|r| r.revision.clone())
-            .filter(|r| !r.is_empty())
-            .or(sync_op.revision.clone())
-            .unwrap_or_else(|| target_revision(&source));
-        let same_as_target = source == self.app.spec.source
-            && target.is_some_and(|t| t.commit == wanted || target_revision(&source) == wanted);
-        let own_render;
-        let (revision, objects, rendered_ok): (String, Vec<Value>, bool) = match target {
-            Some(t) if same_as_target => (t.commit.clone(), desired.to_vec(), true),
-            _ => match self.render(&source, &wanted, force, hard).await {
-                Ok(r) => {
-                    own_render = r
-                        .objects
-                        .iter()
-                        .map(|o| compare::with_namespace(o, view, dest_ns))
-                        .collect::<Vec<_>>();
-                    (r.commit, own_render, true)
-                }
-                Err(p) => {
-                    self.found.comparison_error.get_or_insert(p);
-                    (wanted.clone(), Vec::new(), false)
-                }
-            },
-        };
-        let namespace_live = self.namespace_live(dest, &op, dest_ns).await;
+        let synced = self
+            .operation_target(observed, &op, state.as_ref(), target, (force, hard))
+            .await;
+        let namespace_live = self.namespace_live(dest, &op, &observed.dest_ns).await;
         let is_new = state.is_none() || state.as_ref().is_some_and(|s| s.sync_result.is_none());
-        let owner = Owner {
-            namespace: &self.ns,
-            name: &self.name,
-        };
         let args = StepArgs {
-            owner,
-            destination_namespace: dest_ns,
-            revision: &revision,
-            desired: &objects,
-            live,
-            view,
+            owner: Owner {
+                namespace: &self.ns,
+                name: &self.name,
+            },
+            destination_namespace: &observed.dest_ns,
+            revision: &synced.revision,
+            desired: &synced.objects,
+            live: &observed.live,
+            view: &observed.view,
             namespace_live: namespace_live.as_ref(),
             operation: &op,
             policy: self.app.spec.sync_policy.as_ref(),
             state: state.as_ref(),
             wave_delay: self.ctx.settings.wave_delay,
-            rendered: rendered_ok,
+            rendered: synced.rendered,
             prune_confirmed: prune_confirmed(self.app),
         };
-        let (api, app) = (self.api.clone(), self.app);
-        let base = self.written.clone();
-        let written = std::sync::Mutex::new(None);
-        let result = sync::run(&dest.cluster, &args, |op_state| {
-            let mut next = base.clone().unwrap_or_default();
-            next.operation_state = Some(op_state);
-            let written = &written;
-            async move {
-                write_status(&api, app, base.as_ref(), &next).await.map_err(kube_err)?;
-                *lock(written) = Some(next);
-                Ok(())
-            }
-        })
-        .await?;
-        if let Some(w) = lock(&written).take() {
+        let (result, written) = self.run_step(dest, &args).await?;
+        if let Some(w) = written {
             self.written = Some(w);
         }
         if is_new {
@@ -623,19 +449,89 @@ impl<'a> Pipeline<'a> {
             } else {
                 "user"
             };
-            self.found.events.push((
-                EventType::Normal,
-                "SyncStarted",
-                format!("{by} started a sync to {}", short_sha(&revision)),
-            ));
+            let note = format!("{by} started a sync to {}", short_sha(&synced.revision));
+            self.found.events.push((EventType::Normal, "SyncStarted", note));
         }
-        self.after_step(&result, state.as_ref(), &revision);
+        self.after_step(&result, state.as_ref(), &synced.revision);
         let succeeded_now =
             result.state.phase == OperationPhase::Succeeded && state.as_ref().is_none_or(|s| !sync::is_completed(s));
-        if succeeded_now && same_as_target && !result.applied.is_empty() {
-            self.compare_after_sync(view, &objects, &revision, &result.applied);
+        if succeeded_now && synced.same_as_target && !result.applied.is_empty() {
+            self.compare_after_sync(&observed.view, &synced.objects, &synced.revision, &result.applied);
         }
         Ok(())
+    }
+
+    /// The commit and objects `op` syncs: the comparison's when it syncs the same source at the same
+    /// commit, else its own render (a rollback, a pinned revision); a failed render is a comparison
+    /// error and errors the operation without applying or pruning anything.
+    async fn operation_target(
+        &mut self,
+        observed: &Observed,
+        op: &Operation,
+        state: Option<&OperationState>,
+        target: Option<&Rendered>,
+        (force, hard): (bool, bool),
+    ) -> OperationTarget {
+        let sync_op = op.sync.clone().unwrap_or_default();
+        let source = sync_op.source.clone().unwrap_or_else(|| self.app.spec.source.clone());
+        let wanted = state
+            .and_then(|s| s.sync_result.as_ref())
+            .map(|r| r.revision.clone())
+            .filter(|r| !r.is_empty())
+            .or(sync_op.revision.clone())
+            .unwrap_or_else(|| target_revision(&source));
+        let same_as_target = source == self.app.spec.source
+            && target.is_some_and(|t| t.commit == wanted || target_revision(&source) == wanted);
+        let (revision, objects, rendered) = match target {
+            Some(t) if same_as_target => (t.commit.clone(), observed.desired.clone(), true),
+            _ => match self.render(&source, &wanted, force, hard).await {
+                Ok(r) => {
+                    let objects = r
+                        .objects
+                        .iter()
+                        .map(|o| compare::with_namespace(o, &observed.view, &observed.dest_ns))
+                        .collect();
+                    (r.commit, objects, true)
+                }
+                Err(p) => {
+                    self.found.fail_comparison(p);
+                    (wanted, Vec::new(), false)
+                }
+            },
+        };
+        OperationTarget {
+            revision,
+            objects,
+            rendered,
+            same_as_target,
+        }
+    }
+
+    /// Decides, persists (write-ahead) and executes one step; returns the result and the write-ahead
+    /// status, if written (the base of this reconcile's status write).
+    async fn run_step(
+        &self,
+        dest: &ResolvedDestination,
+        args: &StepArgs<'_>,
+    ) -> Result<(StepResult, Option<ApplicationStatus>), Error> {
+        let (api, app) = (self.api.clone(), self.app);
+        let base = self.written.clone();
+        let written = std::sync::Mutex::new(None);
+        let result = sync::run(&dest.cluster, args, |op_state| {
+            let mut next = base.clone().unwrap_or_default();
+            next.operation_state = Some(op_state);
+            let written = &written;
+            async move {
+                write_status(&api, app, base.as_ref(), &next)
+                    .await
+                    .map_err(KubeStep::WriteAhead.err())?;
+                *lock(written) = Some(next);
+                Ok(())
+            }
+        })
+        .await?;
+        let written = lock(&written).take();
+        Ok((result, written))
     }
 
     /// A sync that just succeeded is compared again against what its applies returned, so the status
@@ -651,7 +547,7 @@ impl<'a> Pipeline<'a> {
     }
 
     /// Requeue, history, events and metrics after a step.
-    fn after_step(&mut self, result: &sync::StepResult, before: Option<&OperationState>, revision: &str) {
+    fn after_step(&mut self, result: &StepResult, before: Option<&OperationState>, revision: &str) {
         let op = &result.state;
         let pruned_before = before.map(count_pruned).unwrap_or(0);
         let pruned_now = count_pruned(op);
@@ -662,56 +558,55 @@ impl<'a> Pipeline<'a> {
                 format!("pruned {} resource(s)", pruned_now - pruned_before),
             ));
         }
-        let finished_now = sync::is_completed(op) && before.is_none_or(|b| !sync::is_completed(b));
-        let step_requeue = result.step.requeue_after(self.ctx.settings.wave_delay);
-        self.found.requeue = match (self.found.requeue, step_requeue) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        if finished_now {
-            let message = op.message.clone().unwrap_or_default();
-            let label = format!("{:?}", op.phase);
-            self.ctx
-                .metrics
-                .app_sync_total
-                .with_label_values(&[&self.ns, &self.name, &label])
-                .inc();
-            let (kind, reason) = match op.phase {
-                OperationPhase::Succeeded => (EventType::Normal, "SyncSucceeded"),
-                _ => (EventType::Warning, "SyncFailed"),
-            };
-            self.found
-                .events
-                .push((kind, reason, format!("sync to {}: {message}", short_sha(revision))));
-            self.found.record_history = matches!(
-                result.step,
-                Step::Done {
-                    record_history: true,
-                    ..
-                }
-            ) || (op.phase == OperationPhase::Succeeded
-                && op
-                    .operation
-                    .sync
-                    .as_ref()
-                    .is_some_and(|s| s.resources.is_empty() && !s.dry_run));
-            let retry_pending = retryable(op) && !matches!(retry_verdict(op), RetryVerdict::Exhausted);
-            if self.app.operation.is_some() && !retry_pending {
-                self.found.clear_operation = true;
-            }
-            if retryable(op) {
-                if let RetryVerdict::Wait(d) = retry_verdict(op) {
-                    self.found.requeue = Some(d);
-                }
-            }
-            // Re-compare right away: the sync changed the live state.
-            self.found.requeue = Some(
-                self.found
-                    .requeue
-                    .map_or(Duration::from_secs(1), |r| r.min(Duration::from_secs(1))),
-            );
+        if let Some(after) = result.step.requeue_after(self.ctx.settings.wave_delay) {
+            self.found.requeue_within(after);
+        }
+        if sync::is_completed(op) && before.is_none_or(|b| !sync::is_completed(b)) {
+            self.finished(result, revision);
         }
         self.found.operation_state = Some(op.clone());
+    }
+
+    /// An operation finished in this step: the metric, the event, the history entry, the requested
+    /// `operation` removed (unless a retry is pending), and a prompt re-compare.
+    fn finished(&mut self, result: &StepResult, revision: &str) {
+        let op = &result.state;
+        let message = op.message.clone().unwrap_or_default();
+        let label = format!("{:?}", op.phase);
+        self.ctx
+            .metrics
+            .app_sync_total
+            .with_label_values(&[&self.ns, &self.name, &label])
+            .inc();
+        let (kind, reason) = match op.phase {
+            OperationPhase::Succeeded => (EventType::Normal, "SyncSucceeded"),
+            _ => (EventType::Warning, "SyncFailed"),
+        };
+        self.found
+            .events
+            .push((kind, reason, format!("sync to {}: {message}", short_sha(revision))));
+        self.found.record_history = matches!(
+            result.step,
+            Step::Done {
+                record_history: true,
+                ..
+            }
+        ) || (op.phase == OperationPhase::Succeeded
+            && op
+                .operation
+                .sync
+                .as_ref()
+                .is_some_and(|s| s.resources.is_empty() && !s.dry_run));
+        let retry = retryable(op).then(|| retry_verdict(op, Timestamp::now()));
+        let retry_pending = retry.is_some_and(|v| v != RetryVerdict::Exhausted);
+        if self.app.operation.is_some() && !retry_pending {
+            self.found.clear_operation = true;
+        }
+        if let Some(RetryVerdict::Wait(d)) = retry {
+            self.found.requeue_within(d);
+        }
+        // Re-compare right away: the sync changed the live state.
+        self.found.requeue_within(RECOMPARE_REQUEUE);
     }
 
     /// The live destination namespace, when `CreateNamespace=true` asks for it.
@@ -744,63 +639,53 @@ impl<'a> Pipeline<'a> {
         }
     }
 
-    /// Step 8: status, metadata clean-up, events, metrics; the requeue.
+    /// Step 8: ONE status write (none when unchanged), metadata clean-up, events, metrics; then the
+    /// requeue, or the comparison failure as the reconcile's error (after the write, so the status
+    /// always says what failed).
     async fn finish(mut self, refreshed: bool) -> Result<Action, Error> {
         let found = std::mem::take(&mut self.found);
-        let input = StatusInput {
-            old: self.app.status.as_ref(),
-            generation: self.app.metadata.generation,
-            spec: &self.app.spec,
-            compared: found.compared.as_ref(),
-            comparison_error: found.comparison_error.clone(),
-            operation_state: found.operation_state.as_ref(),
-            record_history: found.record_history,
-            sync_error: found.sync_error.clone(),
-            dependency: found.dependency.clone(),
-            deletion_error: None,
-            invalid_spec: found.invalid_spec.clone(),
-            policy_denied: found.policy_denied(),
-            policy_warning: found.policy_warning(),
-            now: now(),
-        };
-        let new = status::compute(&input);
+        let new = status::compute(&found.status_input(self.app, now()));
         write_status(&self.api, self.app, self.written.as_ref(), &new)
             .await
-            .map_err(kube_err)?;
+            .map_err(KubeStep::StatusWrite.err())?;
         self.clean_metadata(refreshed, found.clear_operation).await?;
-        let mut events = found.events;
-        if drifted(self.app.status.as_ref(), &new) {
+        self.publish_events(found.events.clone(), found.sync_error.as_ref(), &new)
+            .await;
+        self.record_info(&new);
+        self.timings.mark("status");
+        tracing::debug!(
+            namespace = %self.ns,
+            name = %self.name,
+            requeue_ms = found.requeue().map(|d| d.as_millis() as u64),
+            "reconcile phases: {}",
+            self.timings.summary()
+        );
+        if let Some(failure) = found.failure() {
+            return Err(failure);
+        }
+        Ok(requeue(
+            found.requeue(),
+            periodic(self.ctx.settings.reconcile_interval, self.app),
+        ))
+    }
+
+    /// The events of this reconcile, plus `DriftDetected` and a new `SyncError`.
+    async fn publish_events(&self, mut events: Vec<AppEvent>, sync_error: Option<&Problem>, new: &ApplicationStatus) {
+        if drifted(self.app.status.as_ref(), new) {
             events.push((
                 EventType::Normal,
                 "DriftDetected",
                 "the live state drifted from Git (OutOfSync at the same revision)".into(),
             ));
         }
-        if let Some(p) = found
-            .sync_error
-            .as_ref()
-            .filter(|p| !has_condition_message(self.app.status.as_ref(), &p.message))
-        {
+        if let Some(p) = sync_error.filter(|p| !has_condition_message(self.app.status.as_ref(), &p.message)) {
             events.push((EventType::Warning, "SyncError", p.message.clone()));
         }
         for (kind, reason, note) in events {
             self.ctx
-                .publish_event(&event_ref(self.app), kind, reason, "Sync", &note)
+                .publish_event(&super::event_ref(self.app), kind, reason, "Sync", &note)
                 .await;
         }
-        self.record_info(&new);
-        self.timings.mark("status");
-        tracing::debug!(
-            namespace = %self.ns,
-            name = %self.name,
-            requeue_ms = found.requeue.map(|d| d.as_millis() as u64),
-            "reconcile phases: {}",
-            self.timings.summary()
-        );
-        Ok(requeue(
-            found.requeue,
-            periodic(self.ctx.settings.reconcile_interval, self.app),
-        ))
     }
 
     /// Removes the handled refresh annotations and the finished `operation` in one patch.
@@ -823,7 +708,7 @@ impl<'a> Pipeline<'a> {
         match self.api.patch(&self.name, &patch_params(), &Patch::Merge(&patch)).await {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            Err(e) => Err(kube_err(e)),
+            Err(e) => Err(KubeStep::MetadataPatch.err()(e)),
         }
     }
 
@@ -842,233 +727,14 @@ impl<'a> Pipeline<'a> {
             spec.destination.namespace.clone().unwrap_or_default(),
             format!("{:?}", status.sync.as_ref().map(|s| s.status).unwrap_or_default()),
             format!("{:?}", status.health.as_ref().map(|h| h.status).unwrap_or_default()),
-            policy::automated(spec.sync_policy.as_ref()).is_some().to_string(),
+            auto_sync::automated(spec.sync_policy.as_ref()).is_some().to_string(),
         ];
         self.state.record_info(self.ctx, self.app, labels);
     }
 }
 
-/// Cleanup of a deleted Application, one stage per reconcile while its finalizers hold it: the
-/// PreDelete hooks, the cascade deletion of the managed resources (see [`deletion`]), the PostDelete
-/// hooks (see [`delete_hooks`]). Each stage removes its own finalizer when done.
-async fn cleanup(app: &Application, ctx: &Context, state: &Arc<State>) -> Result<Action, Error> {
-    let finalizers = app.finalizers().to_vec();
-    let cascade = deletion::cascade_finalizers(app);
-    let (pre, post) = (
-        Stage::PreDelete.is_held(&finalizers),
-        Stage::PostDelete.is_held(&finalizers),
-    );
-    let ns = app.namespace().unwrap_or_default();
-    let api: Api<Application> = Api::namespaced(ctx.client.clone(), &ns);
-    if cascade.is_empty() && !pre && !post {
-        state.forget(ctx, app);
-        return Ok(Action::await_change());
-    }
-    if deletion::orphan_requested(app) {
-        return release(
-            app,
-            ctx,
-            state,
-            &api,
-            "deletion-policy orphan: managed resources left in place, no deletion hooks run",
-        )
-        .await;
-    }
-    let Some(clusters) = ctx.clusters() else {
-        return Err(Error::Internal("no cluster clients configured".into()));
-    };
-    let dest = match clusters.resolve(&ns, &app.spec.destination).await {
-        Ok(d) => d,
-        Err(ClusterError::NotFound(m)) => {
-            let note = format!("destination gone ({m}); managed resources cannot be deleted and are left behind");
-            ctx.publish_event(&event_ref(app), EventType::Warning, "DestinationGone", "Delete", &note)
-                .await;
-            return release(app, ctx, state, &api, "destination gone").await;
-        }
-        Err(e) => return deletion_failure(app, ctx, state, &api, &e.to_string()).await,
-    };
-    if pre {
-        return hook_stage(Stage::PreDelete, app, ctx, state, &api, &dest).await;
-    }
-    if !cascade.is_empty() {
-        let instance = app_instance_id(&ns, &app.name_any());
-        let previous = app.status.as_ref().map(|s| s.resources.as_slice()).unwrap_or_default();
-        let kinds = compare::kinds_to_watch(&[], previous);
-        let view = compare::observe(&dest.cluster, &instance, &kinds, &[], "").await;
-        if !view.complete {
-            return Ok(Action::requeue(deletion::DELETE_POLL));
-        }
-        let propagation = deletion::propagation(&cascade);
-        return match deletion::delete_tracked(&dest.cluster, &ns, &app.name_any(), &view.own, propagation).await {
-            Ok(Progress::Done) if post => {
-                let names: Vec<&str> = cascade.iter().map(String::as_str).collect();
-                deletion::remove_finalizers(&api, app, &names).await.map_err(kube_err)?;
-                Ok(Action::requeue(delete_hooks::HOOK_POLL))
-            }
-            Ok(Progress::Done) => release(app, ctx, state, &api, "managed resources deleted").await,
-            Ok(Progress::Deleting(_) | Progress::Waiting) => Ok(Action::requeue(deletion::DELETE_POLL)),
-            Err(e) => deletion_failure(app, ctx, state, &api, &e.to_string()).await,
-        };
-    }
-    hook_stage(Stage::PostDelete, app, ctx, state, &api, &dest).await
-}
-
-/// One step of a deletion hook stage: renders the manifests at the synced revision, creates or waits
-/// for the stage's hooks, and when they completed removes the stage's finalizers, then the hooks.
-async fn hook_stage(
-    stage: Stage,
-    app: &Application,
-    ctx: &Context,
-    state: &Arc<State>,
-    api: &Api<Application>,
-    dest: &ResolvedDestination,
-) -> Result<Action, Error> {
-    let pipeline = Pipeline::new(app, ctx, state)?;
-    let synced = app
-        .status
-        .as_ref()
-        .and_then(|s| s.sync.as_ref())
-        .and_then(|s| s.revision.clone())
-        .filter(|r| !r.is_empty())
-        .unwrap_or_else(|| target_revision(&app.spec.source));
-    let rendered = match pipeline.render(&app.spec.source, &synced, false, false).await {
-        Ok(r) => r,
-        Err(p) => {
-            let message = format!(
-                "{stage:?} hooks: the manifests at {} cannot be rendered: {}",
-                short_sha(&synced),
-                p.message
-            );
-            return deletion_failure(app, ctx, state, api, &message).await;
-        }
-    };
-    let dest_ns = app.spec.destination.namespace.clone().unwrap_or_default();
-    let owner = (pipeline.ns.as_str(), pipeline.name.as_str());
-    let step = delete_hooks::advance(stage, &dest.cluster, owner, &rendered.objects, &dest_ns).await;
-    match step {
-        Ok(StageStep::Waiting) => Ok(Action::requeue(deletion::DELETE_POLL)),
-        Ok(StageStep::Running(created)) => {
-            if !created.is_empty() {
-                let note = format!("running {stage:?} hook(s): {}", created.join(", "));
-                ctx.publish_event(
-                    &event_ref(app),
-                    EventType::Normal,
-                    "DeletionHooksRunning",
-                    "Delete",
-                    &note,
-                )
-                .await;
-            }
-            Ok(Action::requeue(delete_hooks::HOOK_POLL))
-        }
-        Ok(StageStep::Failed(message)) => report_deletion_error(app, api, &message).await,
-        Ok(StageStep::Done(hooks)) => {
-            // The finalizer goes first: once it is gone no reconcile runs this stage again, so a hook
-            // never runs twice even if deleting it fails.
-            deletion::remove_finalizers(api, app, &stage.finalizers())
-                .await
-                .map_err(kube_err)?;
-            delete_hooks::delete_hooks(&dest.cluster, &hooks).await;
-            if !hooks.is_empty() {
-                let note = format!("{stage:?} hooks completed");
-                ctx.publish_event(
-                    &event_ref(app),
-                    EventType::Normal,
-                    "DeletionHooksCompleted",
-                    "Delete",
-                    &note,
-                )
-                .await;
-            }
-            let later_stages = !deletion::cascade_finalizers(app).is_empty()
-                || (stage == Stage::PreDelete && Stage::PostDelete.is_held(app.finalizers()));
-            if later_stages {
-                return Ok(Action::requeue(delete_hooks::HOOK_POLL));
-            }
-            state.forget(ctx, app);
-            Ok(Action::await_change())
-        }
-        Err(e) => deletion_failure(app, ctx, state, api, &e.to_string()).await,
-    }
-}
-
-/// Removes every finalizer Capstan handles (cascade and deletion hooks) and forgets the Application.
-async fn release(
-    app: &Application,
-    ctx: &Context,
-    state: &Arc<State>,
-    api: &Api<Application>,
-    why: &str,
-) -> Result<Action, Error> {
-    let mut names: Vec<&str> = deletion::CASCADE_FINALIZERS.to_vec();
-    names.extend(Stage::PreDelete.finalizers());
-    names.extend(Stage::PostDelete.finalizers());
-    deletion::remove_finalizers(api, app, &names).await.map_err(kube_err)?;
-    tracing::info!(
-        controller = CONTROLLER,
-        namespace = app.namespace(),
-        name = app.name_any(),
-        "finalizers removed: {why}"
-    );
-    state.forget(ctx, app);
-    Ok(Action::await_change())
-}
-
-/// A failed deletion attempt: after [`deletion::MAX_ATTEMPTS`] the `DeletionError` condition says so
-/// and how to get out; attempts continue with backoff.
-async fn deletion_failure(
-    app: &Application,
-    ctx: &Context,
-    state: &Arc<State>,
-    api: &Api<Application>,
-    message: &str,
-) -> Result<Action, Error> {
-    let attempts = state.deletion_failed(app);
-    if attempts >= deletion::MAX_ATTEMPTS {
-        let message = format!("cascade deletion failed {attempts} times: {message}");
-        report_deletion_error(app, api, &message).await?;
-    }
-    let delay = policy::backoff(Duration::from_secs(2), 2, Duration::from_secs(60), attempts);
-    let _ = ctx;
-    Ok(Action::requeue(delay))
-}
-
-/// Writes the `DeletionError` condition with `message` and the ways out; looks again later (a failed
-/// hook may be fixed by hand, or the Application annotated to be orphaned).
-async fn report_deletion_error(app: &Application, api: &Api<Application>, message: &str) -> Result<Action, Error> {
-    let message = format!(
-        "{message}. Fix the cause, or leave the resources behind with \
-         `kubectl annotate capp {} capstan.dev/deletion-policy=orphan`, or remove the finalizers with \
-         `kubectl patch capp {} --type=json -p='[{{\"op\":\"remove\",\"path\":\"/metadata/finalizers\"}}]'`",
-        app.name_any(),
-        app.name_any()
-    );
-    let spec = app.spec.clone();
-    let input = StatusInput {
-        old: app.status.as_ref(),
-        generation: app.metadata.generation,
-        spec: &spec,
-        compared: None,
-        comparison_error: None,
-        operation_state: None,
-        record_history: false,
-        sync_error: None,
-        dependency: None,
-        deletion_error: Some(Problem::new("DeletionFailed", message)),
-        invalid_spec: None,
-        policy_denied: None,
-        policy_warning: None,
-        now: now(),
-    };
-    let new = status::compute(&input);
-    write_status(api, app, app.status.as_ref(), &new)
-        .await
-        .map_err(kube_err)?;
-    Ok(Action::requeue(deletion::DELETE_POLL.max(delete_hooks::HOOK_POLL) * 5))
-}
-
 /// The target revision, `HEAD` when unset.
-fn target_revision(source: &ApplicationSource) -> String {
+pub(super) fn target_revision(source: &ApplicationSource) -> String {
     source
         .target_revision
         .clone()
@@ -1077,16 +743,15 @@ fn target_revision(source: &ApplicationSource) -> String {
 }
 
 /// A desired object's namespace outside the Cluster's allow-list (sync refused).
-fn namespace_violation(dest: &ResolvedDestination, dest_ns: &str, desired: &[Value]) -> Option<Problem> {
+fn namespace_violation(dest: &ResolvedDestination, desired: &[Value]) -> Option<Problem> {
     if dest.allowed_namespaces.is_empty() {
         return None;
     }
-    let _ = dest_ns;
     desired
         .iter()
         .filter(|o| !object::is_skipped(o))
         .find_map(|o| dest.check_namespace(object::namespace(o)).err())
-        .map(|e| Problem::new(e.category(), e.to_string()))
+        .map(|e| Problem::from_cluster(&e))
 }
 
 fn prune_confirmed(app: &Application) -> bool {
@@ -1117,32 +782,4 @@ fn drifted(old: Option<&ApplicationStatus>, new: &ApplicationStatus) -> bool {
 
 fn has_condition_message(status: Option<&ApplicationStatus>, message: &str) -> bool {
     status.is_some_and(|s| s.conditions.iter().any(|c| c.message == message))
-}
-
-/// Whether a finished operation failed, carries a retry strategy and was not terminated (Argo CD does
-/// not retry a terminated operation).
-fn retryable(op: &OperationState) -> bool {
-    matches!(op.phase, OperationPhase::Failed | OperationPhase::Error)
-        && op.operation.retry.is_some()
-        && !termination::was_terminated(op)
-}
-
-enum RetryVerdict {
-    Due,
-    Wait(Duration),
-    Exhausted,
-}
-
-fn retry_verdict(op: &OperationState) -> RetryVerdict {
-    let strategy = op.operation.retry.clone().unwrap_or_default();
-    let Some(delay) = policy::next_retry(&strategy, op.retry_count.unwrap_or(0)) else {
-        return RetryVerdict::Exhausted;
-    };
-    let finished = op.finished_at.as_ref().map_or(0, |t| t.0.as_millisecond());
-    let elapsed = Duration::from_millis((Timestamp::now().as_millisecond() - finished).max(0) as u64);
-    if elapsed >= delay {
-        RetryVerdict::Due
-    } else {
-        RetryVerdict::Wait(delay - elapsed)
-    }
 }

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use kube::ResourceExt;
 
-use super::status::Problem;
+use super::status::{Problem, ProblemKind};
 use super::State;
 use crate::api::application::{ApplicationSource, ApplicationSourceType};
 use crate::api::{Application, Repository};
@@ -62,14 +62,23 @@ pub async fn resolve(
     force: bool,
 ) -> Result<Resolved, Problem> {
     let ns = app.namespace().unwrap_or_default();
-    let url = RepoUrl::parse(&source.repo_url).map_err(|e| Problem::new("InvalidSpec", format!("repoURL: {e}")))?;
-    let rev = Revision::parse(revision).map_err(|e| Problem::new("InvalidSpec", format!("targetRevision: {e}")))?;
+    let url =
+        RepoUrl::parse(&source.repo_url).map_err(|e| Problem::invalid_spec("InvalidSpec", format!("repoURL: {e}")))?;
+    let rev =
+        Revision::parse(revision).map_err(|e| Problem::invalid_spec("InvalidSpec", format!("targetRevision: {e}")))?;
     let repos = state.repositories();
     let repo = matching_repository(&repos, &source.repo_url, &ns, ctx.namespace());
     let creds = credentials(ctx, &repos, repo.as_deref(), &ns, &url)
         .await
-        .map_err(|e| Problem::new(e.category, e.message))?;
-    let problem = |e: SourceError| Problem::new(e.category(), sanitize(&creds, &e.to_string()));
+        .map_err(|e| {
+            let kind = if e.transient {
+                ProblemKind::Transient
+            } else {
+                ProblemKind::Permanent
+            };
+            Problem::of_kind(kind, e.category, e.message)
+        })?;
+    let problem = |e: SourceError| Problem::from_source(&e, sanitize(&creds, &e.to_string()));
     let key = (url_key(&source.repo_url).unwrap_or_default(), rev.as_str().to_string());
     // After a failed network resolution, keep asking the network: a cached commit would report the
     // Application Synced while its repository is unreachable (the failure must stay visible).
@@ -178,7 +187,7 @@ pub async fn render(
     ctx.renderer()
         .render(&req, hard)
         .await
-        .map_err(|e| Problem::new(e.category().as_str(), e.to_string()))
+        .map_err(|e| Problem::from_render(&e))
 }
 
 /// The status `sourceType` of a render tool.

@@ -16,7 +16,10 @@ use crate::api::conditions::{
     REASON_DEPENDENCY_CYCLE, REASON_DEPENDENCY_NOT_READY, REASON_OUT_OF_SYNC, REASON_PROGRESSING,
     REASON_SYNCED_AND_HEALTHY, REASON_SYNC_FAILED, REASON_SYNC_RUNNING, STATUS_FALSE, STATUS_TRUE,
 };
+use crate::cluster::ClusterError;
 use crate::controllers::status::{remove_condition, set_condition};
+use crate::render::RenderError;
+use crate::source::SourceError;
 use crate::text::truncate;
 
 /// Condition type: cascade deletion of the managed resources keeps failing (Argo CD's `DeletionError`).
@@ -49,22 +52,85 @@ pub struct Compared {
     pub shared: Vec<String>,
 }
 
-/// An error condition to set: reason (a stable category) and sanitized message.
+/// What kind of trouble a [`Problem`] is: decides `Stalled` and how a failed comparison is retried.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ProblemKind {
+    /// May clear up by itself (network, API server, timeouts): retried with backoff.
+    Transient,
+    /// The spec, or what Git holds for it, cannot work as written (bad YAML, a path escaping the
+    /// checkout, a namespace outside the Cluster's allow-list, a `dependsOn` cycle): `Stalled` until it
+    /// changes.
+    InvalidSpec,
+    /// Needs a fix elsewhere (credentials, a missing repository or Cluster, a refused tool), or is a
+    /// state rather than a failure (a refused sync, a dependency not ready).
+    #[default]
+    Permanent,
+}
+
+/// An error condition to set: reason (a stable category), sanitized message and kind.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Problem {
     /// Stable PascalCase reason.
-    pub reason: String,
+    pub reason: &'static str,
     /// Sanitized message.
     pub message: String,
+    /// What kind of trouble it is.
+    pub kind: ProblemKind,
 }
 
 impl Problem {
-    /// A problem with `reason` and `message`.
-    pub fn new(reason: &str, message: impl Into<String>) -> Self {
+    /// A [`ProblemKind::Permanent`] problem with `reason` and `message`.
+    pub fn new(reason: &'static str, message: impl Into<String>) -> Self {
+        Problem::of_kind(ProblemKind::Permanent, reason, message)
+    }
+
+    /// A [`ProblemKind::InvalidSpec`] problem.
+    pub fn invalid_spec(reason: &'static str, message: impl Into<String>) -> Self {
+        Problem::of_kind(ProblemKind::InvalidSpec, reason, message)
+    }
+
+    /// A problem of `kind`.
+    pub fn of_kind(kind: ProblemKind, reason: &'static str, message: impl Into<String>) -> Self {
         Problem {
-            reason: reason.to_string(),
+            reason,
             message: message.into(),
+            kind,
         }
+    }
+
+    /// A destination failure: the namespace allow-list and the Cluster configuration are the spec's
+    /// (or the Cluster's) to fix; network and server trouble is transient.
+    pub fn from_cluster(e: &ClusterError) -> Self {
+        let kind = match e {
+            ClusterError::NamespaceNotAllowed(_) | ClusterError::InvalidConfig(_) => ProblemKind::InvalidSpec,
+            e if e.is_transient() => ProblemKind::Transient,
+            _ => ProblemKind::Permanent,
+        };
+        Problem::of_kind(kind, e.category(), e.to_string())
+    }
+
+    /// A source failure with its sanitized `message`.
+    pub fn from_source(e: &SourceError, message: String) -> Self {
+        let kind = if e.is_transient() {
+            ProblemKind::Transient
+        } else {
+            ProblemKind::Permanent
+        };
+        Problem::of_kind(kind, e.category(), message)
+    }
+
+    /// A render failure: what Git holds cannot work as written (bad YAML, paths, spec), the tool ran
+    /// out of time or I/O failed (transient), or something else needs a fix (permanent).
+    pub fn from_render(e: &RenderError) -> Self {
+        let kind = match e {
+            RenderError::InvalidYaml(_)
+            | RenderError::InvalidSpec(_)
+            | RenderError::PathEscape(_)
+            | RenderError::InvalidPath(_) => ProblemKind::InvalidSpec,
+            RenderError::Timeout(_) | RenderError::Io(_) => ProblemKind::Transient,
+            _ => ProblemKind::Permanent,
+        };
+        Problem::of_kind(kind, e.category().as_str(), e.to_string())
     }
 }
 
@@ -168,7 +234,7 @@ fn set_conditions(status: &mut ApplicationStatus, input: &StatusInput<'_>) {
     let (gen, now) = (input.generation, &input.now);
     let conds = &mut status.conditions;
     let mut toggle = |type_: &str, problem: Option<&Problem>| match problem {
-        Some(p) => set_condition(conds, type_, STATUS_TRUE, &p.reason, &p.message, gen, now),
+        Some(p) => set_condition(conds, type_, STATUS_TRUE, p.reason, &p.message, gen, now),
         None => remove_condition(conds, type_),
     };
     toggle(CONDITION_COMPARISON_ERROR, input.comparison_error.as_ref());
@@ -201,34 +267,19 @@ fn set_conditions(status: &mut ApplicationStatus, input: &StatusInput<'_>) {
         remove_condition(conds, CONDITION_RECONCILING);
     }
     match stalled(input) {
-        Some(p) => set_condition(conds, CONDITION_STALLED, STATUS_TRUE, &p.reason, &p.message, gen, now),
+        Some(p) => set_condition(conds, CONDITION_STALLED, STATUS_TRUE, p.reason, &p.message, gen, now),
         None => remove_condition(conds, CONDITION_STALLED),
     }
 }
 
-/// `Stalled`: nothing will change without a change to the spec or Git (invalid spec, dependency cycle,
-/// a render error that is not transient).
-fn stalled(input: &StatusInput<'_>) -> Option<Problem> {
-    if let Some(p) = &input.invalid_spec {
-        return Some(p.clone());
-    }
-    if let Some(p) = input
-        .dependency
-        .as_ref()
-        .filter(|p| p.reason == REASON_DEPENDENCY_CYCLE)
-    {
-        return Some(p.clone());
-    }
-    input
-        .comparison_error
-        .as_ref()
-        .filter(|p| {
-            matches!(
-                p.reason.as_str(),
-                "InvalidSpec" | "InvalidYaml" | "PathEscape" | "InvalidPath"
-            )
-        })
-        .cloned()
+/// `Stalled`: nothing will change without a change to the spec or Git — the first
+/// [`ProblemKind::InvalidSpec`] problem among the invalid spec, the dependencies (a cycle) and the
+/// comparison (bad YAML, a path escaping the checkout).
+fn stalled<'a>(input: &'a StatusInput<'_>) -> Option<&'a Problem> {
+    [&input.invalid_spec, &input.dependency, &input.comparison_error]
+        .into_iter()
+        .flatten()
+        .find(|p| p.kind == ProblemKind::InvalidSpec)
 }
 
 /// `Ready` = Synced and Healthy, no operation running or failed, no error condition.
@@ -240,13 +291,13 @@ fn readiness(status: &ApplicationStatus, input: &StatusInput<'_>) -> (bool, Stri
         .or(input.deletion_error.as_ref())
         .or(input.policy_denied.as_ref());
     if let Some(p) = problem {
-        return (false, p.reason.clone(), p.message.clone());
+        return (false, p.reason.to_string(), p.message.clone());
     }
     if let Some(p) = &input.dependency {
-        let reason = if p.reason == REASON_DEPENDENCY_CYCLE {
-            REASON_DEPENDENCY_CYCLE
-        } else {
-            REASON_DEPENDENCY_NOT_READY
+        // A cycle stalls; anything else (a dependency not ready, PolicySets not listed) is waited for.
+        let reason = match p.kind {
+            ProblemKind::InvalidSpec => REASON_DEPENDENCY_CYCLE,
+            _ => REASON_DEPENDENCY_NOT_READY,
         };
         return (false, reason.into(), p.message.clone());
     }

@@ -51,7 +51,7 @@ use kube::{Resource, ResourceExt};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
-use super::error::{error_policy, Error};
+use super::error::{error_policy, Error, KubeStep};
 use super::notifier::owner_key;
 use super::status::{find_condition, now, write_status};
 use super::{instrumented, lock, ns_name, Context, Shutdown};
@@ -302,12 +302,17 @@ pub async fn reconcile(set: Arc<ApplicationSet>, ctx: Arc<Context>, state: Arc<S
     let force = state.take_forced(&set) || !refresh.is_empty();
     track(&ctx, &set);
 
-    let all_clusters = snapshot(&state.clusters, Api::all(ctx.client.clone())).await?;
+    let all_clusters = snapshot(&state.clusters, Api::all(ctx.client.clone()))
+        .await
+        .map_err(KubeStep::Read.err())?;
     let clusters = inputs::clusters_for(&all_clusters, &ns, ctx.namespace());
-    let repos = snapshot(&state.repositories, Api::all(ctx.client.clone())).await?;
+    let repos = snapshot(&state.repositories, Api::all(ctx.client.clone()))
+        .await
+        .map_err(KubeStep::Read.err())?;
     let generated = generate_all(&ctx, &state, &set, clusters, &repos, force).await;
     let existing: Vec<Arc<Application>> = snapshot(&state.applications, Api::all(ctx.client.clone()))
-        .await?
+        .await
+        .map_err(KubeStep::Read.err())?
         .into_iter()
         .filter(|a| a.namespace().as_deref() == Some(ns.as_str()))
         .collect();
@@ -456,13 +461,16 @@ pub async fn reconcile(set: Arc<ApplicationSet>, ctx: Arc<Context>, state: Arc<S
         now: &time,
     };
     let new_status = status::compute(old_status, &observed);
-    write_status::<ApplicationSet, ApplicationSetStatus>(&sets, &set, old_status, &new_status).await?;
+    write_status::<ApplicationSet, ApplicationSetStatus>(&sets, &set, old_status, &new_status)
+        .await
+        .map_err(KubeStep::StatusWrite.err())?;
     if !refresh.is_empty() {
         let patch = serde_json::json!({
             "metadata": {"annotations": refresh.iter().map(|k| (k.to_string(), serde_json::Value::Null)).collect::<serde_json::Map<_, _>>()}
         });
         sets.patch(&name, &super::status::patch_params(), &Patch::Merge(&patch))
-            .await?;
+            .await
+            .map_err(KubeStep::MetadataPatch.err())?;
     }
     // Metrics.
     let up_to_date =

@@ -99,7 +99,7 @@ fn comparison_error_makes_sync_unknown_and_keeps_resources() {
     }];
     let first = compute(&input(&spec, None, Some(&c)));
     let mut i = input(&spec, Some(&first), None);
-    i.comparison_error = Some(Problem::new("InvalidYaml", "bad yaml in a.yaml"));
+    i.comparison_error = Some(Problem::invalid_spec("InvalidYaml", "bad yaml in a.yaml"));
     let s = compute(&i);
     assert_eq!(s.sync.as_ref().unwrap().status, SyncStatusCode::Unknown);
     assert_eq!(s.resources.len(), 1, "resources kept");
@@ -192,7 +192,10 @@ fn dependency_and_shared_conditions() {
     assert_eq!(ready(&s).1, "DependencyNotReady");
     assert!(find_condition(&s.conditions, CONDITION_SHARED_RESOURCE_WARNING).is_some());
     assert!(find_condition(&s.conditions, CONDITION_STALLED).is_none());
-    i.dependency = Some(Problem::new(REASON_DEPENDENCY_CYCLE, "dependsOn forms a cycle: a -> a"));
+    i.dependency = Some(Problem::invalid_spec(
+        REASON_DEPENDENCY_CYCLE,
+        "dependsOn forms a cycle: a -> a",
+    ));
     let s = compute(&i);
     assert_eq!(ready(&s).1, "DependencyCycle");
     assert!(find_condition(&s.conditions, CONDITION_STALLED).is_some());

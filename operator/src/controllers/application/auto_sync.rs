@@ -1,8 +1,8 @@
-//! Pure sync policy: which operation (if any) a reconcile starts, following Argo CD's `autoSync`
-//! (argo-flux-semantics §2.2): automated sync only when OutOfSync, one attempt per revision, selfHeal
-//! re-applying only drifted resources with its own backoff, refusal to prune everything without
-//! `allowEmpty`, retries of failed operations with exponential backoff, rollback refused while
-//! automated sync is on.
+//! The automated-sync decision (pure), as Argo CD's `autoSync` makes it: automated sync only when
+//! OutOfSync, one attempt per revision, selfHeal re-applying only drifted resources with its own
+//! backoff, refusal to prune everything without `allowEmpty`; and the rules around it: retries of
+//! failed operations with exponential backoff, rollback refused while automated sync is on, the refresh
+//! annotations. Which operation a reconcile advances, all things considered, is [`super::choice`].
 
 use std::time::Duration;
 
