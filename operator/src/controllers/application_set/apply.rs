@@ -32,7 +32,7 @@ pub use crate::api::labels::APPLICATION_SET_FIELD_MANAGER as FIELD_MANAGER;
 const WRITE_CONCURRENCY: usize = 16;
 
 /// The policy in effect (default `sync`).
-pub fn policy(set: &ApplicationSet) -> ApplicationsSyncPolicy {
+pub fn applications_sync(set: &ApplicationSet) -> ApplicationsSyncPolicy {
     set.spec
         .sync_policy
         .as_ref()

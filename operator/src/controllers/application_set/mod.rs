@@ -2,19 +2,24 @@
 //! Cluster objects, with Argo CD's policies and progressive rollout.
 //!
 //! # Reconcile
-//! 1. **inputs** ([`inputs`]): the Cluster objects the set may use (its namespace and the operator
-//!    namespace), and for every `(repoURL, revision)` its Git generators name, a checkout scanned
-//!    with the render layer's confinement rules. Refs are registered with the notifier.
-//! 2. **generate** (pure, `crate::appset::generate`, off the async runtime): all or nothing.
-//!    Templated repoURLs (matrix) that were not loaded are loaded and generation runs again
-//!    (bounded rounds).
-//! 3. **validate** (pure, [`apply::prepare`], [`apply::plan`]): namespace, ownership, policy,
-//!    `ignoreApplicationDifferences`. Any error: a condition, and nothing is written.
-//! 4. **write** ([`apply::execute`]): server-side apply as `capstan-applicationset`; deletes only
-//!    of Applications this set controls, only when the policy allows and generation succeeded.
-//! 5. **rollout** ([`rollout`], RollingSync only): decide per step, set `operation.sync`.
-//! 6. **status** ([`status::compute`]): ONE status patch, none when unchanged; events on
-//!    creates/updates/deletes and generation failures; metrics.
+//! `reconcile` runs named steps, each a function with a typed outcome:
+//! 1. **inputs** (`inputs`, [`inputs`]): the Cluster objects the set may use (its namespace and the
+//!    operator namespace) and the Repositories; for every `(repoURL, revision)` its Git generators
+//!    name, a checkout scanned with the render layer's confinement rules. Refs are registered with
+//!    the notifier.
+//! 2. **generate** (`generate_all`; pure `crate::appset::generate`, off the async runtime): all or
+//!    nothing. Templated repoURLs (matrix) that were not loaded are loaded and generation runs again
+//!    (bounded rounds). A failure ends here (`generation_failed`).
+//! 3. **validate** (`validate`, pure: [`apply::prepare`], [`apply::plan`]): namespace, ownership,
+//!    `applicationsSync`, `ignoreApplicationDifferences` → a `Validated` plan. Any error: a
+//!    condition, and nothing is written.
+//! 4. **write** (`write`, [`apply::execute`]): server-side apply as `capstan-applicationset`;
+//!    deletes only of Applications this set controls, only when `applicationsSync` allows and
+//!    generation succeeded → `Written` (the set's Applications afterwards).
+//! 5. **rollout** ([`rollout::advance`], RollingSync only): decide per step, set `operation.sync`.
+//! 6. **status** (`finish`, [`status::compute`]): ONE status patch, none when unchanged; events on
+//!    creates/updates/deletes and generation failures; metrics. A failure of steps 2–4 is returned
+//!    as the reconcile's error after this write, so the backoff and the metrics see it.
 //!
 //! **A generator that fails is never "zero Applications"**: any `Err` (unreachable repository, git
 //! error, API error, template error) returns before step 4 and every existing Application stays.
@@ -53,12 +58,18 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use super::error::{error_policy, Error, KubeStep};
 use super::notifier::owner_key;
-use super::status::{find_condition, now, write_status};
+use super::status::{find_condition, now, patch_params, write_status, MAX_MESSAGE_LEN};
 use super::{instrumented, lock, ns_name, Context, Shutdown};
-use crate::api::application_set::{ApplicationSet, ApplicationSetResource, ApplicationSetStatus, StrategyType};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::api::application_set::{
+    ApplicationSet, ApplicationSetApplicationStatus, ApplicationSetResource, ApplicationSetStatus, StrategyType,
+};
+use crate::api::conditions::{CONDITION_ERROR_OCCURRED, STATUS_TRUE};
 use crate::api::labels::{APPLICATION_SET_REFRESH_ANNOTATION, ARGOCD_APPLICATION_SET_REFRESH_ANNOTATION};
 use crate::api::{Application, Cluster, Repository};
 use crate::appset::{generate, referenced_repositories, AppSetError, GeneratedApp, Inputs, Limits};
+use crate::text::truncate;
 use inputs::{CheckoutTrees, TreeCache};
 use status::{Observed, Outcome};
 
@@ -286,22 +297,81 @@ async fn generate_all(
     }
 }
 
+/// What steps 2–5 of a reconcile came to: the status step's input, and the failure returned after it.
+struct Reconciled {
+    /// How it ended, for the conditions.
+    outcome: Outcome,
+    /// The set's Applications after the writes (`None`: nothing was written, keep the last list).
+    resources: Option<Vec<ApplicationSetResource>>,
+    /// RollingSync: the per-Application rollout status and whether the rollout is progressing.
+    rollout: Option<(Vec<ApplicationSetApplicationStatus>, bool)>,
+    /// Warnings for the `ResourcesUpToDate` message.
+    warnings: Vec<String>,
+    /// Returned once the status is written, so the backoff and the metrics see it.
+    error: Option<Error>,
+}
+
+impl Reconciled {
+    /// Nothing was written because of `error`.
+    fn failed(outcome: Outcome, error: Error) -> Self {
+        Reconciled {
+            outcome,
+            resources: None,
+            rollout: None,
+            warnings: Vec::new(),
+            error: Some(error),
+        }
+    }
+}
+
 /// Reconciles one ApplicationSet; see the module documentation.
 pub async fn reconcile(set: Arc<ApplicationSet>, ctx: Arc<Context>, state: Arc<State>) -> Result<Action, Error> {
     let started = Instant::now();
-    let (ns, name) = (set.namespace().unwrap_or_default(), set.name_any());
     if set.metadata.deletion_timestamp.is_some() {
         // Generated Applications go with the set (ownerReferences); those generated with
         // `preserveResourcesOnDeletion` carry no resources finalizer, so their resources stay.
         state.forget(&ctx, &set);
         return Ok(Action::await_change());
     }
-    let sets: Api<ApplicationSet> = Api::namespaced(ctx.client.clone(), &ns);
-    let apps_api: Api<Application> = Api::namespaced(ctx.client.clone(), &ns);
     let refresh = refresh_requested(&set);
     let force = state.take_forced(&set) || !refresh.is_empty();
     track(&ctx, &set);
+    let time = now();
+    // 1. inputs; 2. generate
+    let (clusters, repos) = inputs(&ctx, &state, &set).await?;
+    let reconciled = match generate_all(&ctx, &state, &set, clusters, &repos, force).await {
+        // 3. validate, 4. write, 5. rollout
+        Ok(generated) => apply_generated(&ctx, &state, &set, generated, &time).await?,
+        Err(e) => generation_failed(&ctx, &set, &e).await,
+    };
+    // 6. status
+    finish(&ctx, &state, &set, &reconciled, &refresh, &time).await?;
+    ctx.metrics
+        .appset_reconcile_duration
+        .with_label_values(&[&set.namespace().unwrap_or_default(), &set.name_any()])
+        .observe(started.elapsed().as_secs_f64());
+    if let Some(e) = reconciled.error {
+        return Err(e);
+    }
+    let periodic = git_requeue(&set).unwrap_or(ctx.settings.reconcile_interval);
+    let after = match reconciled.rollout {
+        Some((_, true)) => periodic.min(ROLLOUT_REQUEUE),
+        _ => periodic,
+    };
+    if after.is_zero() {
+        return Ok(Action::await_change());
+    }
+    Ok(Action::requeue(after))
+}
 
+/// Step 1: the Cluster objects the set may use (its namespace and the operator namespace) and the
+/// Repositories (credentials for its Git generators).
+async fn inputs(
+    ctx: &Context,
+    state: &State,
+    set: &ApplicationSet,
+) -> Result<(Vec<Cluster>, Vec<Arc<Repository>>), Error> {
+    let ns = set.namespace().unwrap_or_default();
     let all_clusters = snapshot(&state.clusters, Api::all(ctx.client.clone()))
         .await
         .map_err(KubeStep::Read.err())?;
@@ -309,194 +379,214 @@ pub async fn reconcile(set: Arc<ApplicationSet>, ctx: Arc<Context>, state: Arc<S
     let repos = snapshot(&state.repositories, Api::all(ctx.client.clone()))
         .await
         .map_err(KubeStep::Read.err())?;
-    let generated = generate_all(&ctx, &state, &set, clusters, &repos, force).await;
+    Ok((clusters, repos))
+}
+
+/// Step 2 failed: nothing is written (a generator that fails is never "zero Applications"); an Event
+/// when the failure is new.
+async fn generation_failed(ctx: &Context, set: &ApplicationSet, e: &AppSetError) -> Reconciled {
+    let message = e.to_string();
+    let was = set
+        .status
+        .as_ref()
+        .and_then(|s| find_condition(&s.conditions, CONDITION_ERROR_OCCURRED));
+    if was.is_none_or(|c| c.status != STATUS_TRUE || c.message != truncate(&message, MAX_MESSAGE_LEN)) {
+        ctx.publish_event(
+            &set.object_ref(&()),
+            EventType::Warning,
+            "GenerationFailed",
+            "Generate",
+            &message,
+        )
+        .await;
+    }
+    let outcome = Outcome::GenerationFailed {
+        reason: e.category().to_owned(),
+        message,
+    };
+    Reconciled::failed(outcome, generation_error(e, git_requeue(set)))
+}
+
+/// Steps 3–5 for the generated Applications.
+async fn apply_generated(
+    ctx: &Context,
+    state: &State,
+    set: &ApplicationSet,
+    generated: Vec<GeneratedApp>,
+    now: &Time,
+) -> Result<Reconciled, Error> {
+    let ns = set.namespace().unwrap_or_default();
     let existing: Vec<Arc<Application>> = snapshot(&state.applications, Api::all(ctx.client.clone()))
         .await
         .map_err(KubeStep::Read.err())?
         .into_iter()
         .filter(|a| a.namespace().as_deref() == Some(ns.as_str()))
         .collect();
-    let set_uid = set.uid().unwrap_or_default();
-    let policy = apply::policy(&set);
-    let rolling = is_rolling(&set);
-    let time = now();
-    let old_status = set.status.as_ref();
-    let ref_ = set.object_ref(&());
-
-    let mut warnings = Vec::new();
-    let mut result: Result<(), Error> = Ok(());
-    let mut resources: Option<Vec<ApplicationSetResource>> = None;
-    let mut rollout_result = None;
-    let outcome = match generated {
-        Err(e) => {
-            let message = e.to_string();
-            let was = old_status.and_then(|s| find_condition(&s.conditions, "ErrorOccurred"));
-            if was.is_none_or(|c| c.status != "True" || c.message != crate::text::truncate(&message, 1024)) {
-                ctx.publish_event(&ref_, EventType::Warning, "GenerationFailed", "Generate", &message)
-                    .await;
-            }
-            result = Err(generation_error(&e, git_requeue(&set)));
-            Outcome::GenerationFailed {
-                reason: e.category().to_owned(),
-                message,
-            }
+    let valid = match validate(set, generated, &existing) {
+        Ok(valid) => valid,
+        Err(message) => {
+            let outcome = Outcome::Invalid {
+                reason: "ApplicationValidationError".to_owned(),
+                message: message.clone(),
+            };
+            return Ok(Reconciled::failed(outcome, Error::InvalidSpec(message)));
         }
-        Ok(generated) => match apply::prepare(&set, generated, rolling) {
-            Err(message) => {
-                result = Err(Error::InvalidSpec(message.clone()));
-                Outcome::Invalid {
-                    reason: "ApplicationValidationError".to_owned(),
-                    message,
-                }
-            }
-            Ok(desired) => {
-                let prunes: HashMap<String, bool> = desired.iter().map(|d| (d.name.clone(), d.prune)).collect();
-                let labels: HashMap<String, BTreeMap<String, String>> = desired
-                    .iter()
-                    .map(|d| (d.name.clone(), d.app.metadata.labels.clone().unwrap_or_default()))
-                    .collect();
-                let plan = apply::plan(
-                    policy,
-                    &set_uid,
-                    desired,
-                    &existing,
-                    &set.spec.ignore_application_differences,
-                );
-                if !plan.problems.is_empty() {
-                    let message = plan.problems.join("; ");
-                    result = Err(Error::InvalidSpec(message.clone()));
-                    Outcome::Invalid {
-                        reason: "ApplicationValidationError".to_owned(),
-                        message,
-                    }
-                } else {
-                    warnings = plan.warnings.clone();
-                    let applied = apply::execute(&apps_api, &plan, policy).await;
-                    publish_writes(&ctx, &ref_, &applied).await;
-                    // The set's Applications now: existing ones it controls (minus deleted) plus created.
-                    let mut owned: BTreeMap<String, Option<Arc<Application>>> = existing
-                        .iter()
-                        .filter(|a| apply::ownership(a, &set_uid) == apply::Ownership::Ours)
-                        .map(|a| (a.name_any(), Some(Arc::clone(a))))
-                        .collect();
-                    for d in plan.update.iter().map(|d| &d.name) {
-                        owned.entry(d.clone()).or_insert(None);
-                    }
-                    for n in &applied.created {
-                        owned.entry(n.clone()).or_insert(None);
-                    }
-                    for n in &applied.deleted {
-                        owned.remove(n);
-                    }
-                    resources = Some(resource_entries(&owned, &ns));
-                    if rolling {
-                        let steps = set
-                            .spec
-                            .strategy
-                            .as_ref()
-                            .and_then(|s| s.rolling_sync.as_ref())
-                            .map(|r| r.steps.clone())
-                            .unwrap_or_default();
-                        let views: Vec<rollout::RolloutApp> = owned
-                            .iter()
-                            .map(|(n, a)| match a {
-                                Some(a) => rollout::RolloutApp::of(a),
-                                None => rollout::RolloutApp {
-                                    name: n.clone(),
-                                    labels: labels.get(n).cloned().unwrap_or_default(),
-                                    ..Default::default()
-                                },
-                            })
-                            .collect();
-                        let previous = old_status.map(|s| s.application_status.as_slice()).unwrap_or_default();
-                        let mut decision = rollout::decide(&steps, &views, previous, &time);
-                        // Applications created just now are not in the cache yet: their turn comes
-                        // on the next reconcile (their creation triggers it).
-                        for entry in decision.statuses.iter_mut() {
-                            let unseen = owned.get(&entry.application).is_some_and(Option::is_none);
-                            if unseen && decision.to_sync.contains(&entry.application) {
-                                entry.status = crate::api::application_set::RolloutStatus::Waiting;
-                                entry.message = Some("Application was just created".to_owned());
-                            }
-                        }
-                        decision.to_sync.retain(|n| owned.get(n).is_some_and(Option::is_some));
-                        for n in &decision.to_sync {
-                            if let Some(Some(app)) = owned.get(n) {
-                                let prune = prunes.get(n).copied().unwrap_or(false);
-                                if let Err(e) = rollout::request_sync(&apps_api, app, prune).await {
-                                    tracing::warn!(
-                                        namespace = ns,
-                                        name,
-                                        application = n,
-                                        "rollout sync request failed: {e}"
-                                    );
-                                }
-                            }
-                        }
-                        rollout_result = Some((decision.statuses, decision.progressing));
-                    }
-                    if applied.failures.is_empty() {
-                        Outcome::UpToDate
-                    } else {
-                        let message = format!(
-                            "{} of {} writes failed: {}",
-                            applied.failures.len(),
-                            plan.create.len() + plan.update.len() + plan.delete.len(),
-                            applied.failures.iter().take(5).cloned().collect::<Vec<_>>().join("; ")
-                        );
-                        result = Err(Error::Internal(message.clone()));
-                        Outcome::ApplyFailed { message }
-                    }
-                }
-            }
-        },
     };
-    let rollout_progressing = rollout_result.as_ref().is_some_and(|(_, p)| *p);
+    let apps_api: Api<Application> = Api::namespaced(ctx.client.clone(), &ns);
+    let written = write(ctx, &apps_api, set, &valid.plan, &existing).await;
+    let rollout = if is_rolling(set) {
+        let wanted = (&valid.labels, &valid.prunes);
+        let advanced = rollout::advance(&apps_api, set, &written.owned, wanted, now).await;
+        Some((advanced.statuses, advanced.progressing))
+    } else {
+        None
+    };
+    let (outcome, error) = written.outcome(&valid.plan);
+    Ok(Reconciled {
+        outcome,
+        resources: Some(resource_entries(&written.owned, &ns)),
+        rollout,
+        warnings: valid.plan.warnings,
+        error,
+    })
+}
+
+/// The generated Applications, validated and planned against the existing ones.
+struct Validated {
+    /// What to create, update and delete.
+    plan: apply::Plan,
+    /// Labels of each desired Application (the rollout's steps match them).
+    labels: HashMap<String, BTreeMap<String, String>>,
+    /// Whether each desired Application's automated policy prunes (rollout syncs do the same).
+    prunes: HashMap<String, bool>,
+}
+
+/// Step 3 (pure): namespace, ownership, `applicationsSync`, `ignoreApplicationDifferences`; any
+/// problem refuses the whole set and nothing is written.
+fn validate(
+    set: &ApplicationSet,
+    generated: Vec<GeneratedApp>,
+    existing: &[Arc<Application>],
+) -> Result<Validated, String> {
+    let desired = apply::prepare(set, generated, is_rolling(set))?;
+    let prunes = desired.iter().map(|d| (d.name.clone(), d.prune)).collect();
+    let labels = desired
+        .iter()
+        .map(|d| (d.name.clone(), d.app.metadata.labels.clone().unwrap_or_default()))
+        .collect();
+    let plan = apply::plan(
+        apply::applications_sync(set),
+        &set.uid().unwrap_or_default(),
+        desired,
+        existing,
+        &set.spec.ignore_application_differences,
+    );
+    if !plan.problems.is_empty() {
+        return Err(plan.problems.join("; "));
+    }
+    Ok(Validated { plan, labels, prunes })
+}
+
+/// What step 4 wrote, and the set's Applications afterwards.
+struct Written {
+    applied: apply::Applied,
+    /// The set's Applications now: the existing ones it controls (minus deleted) plus the ones
+    /// created or updated in this reconcile (`None`: not in the cache yet).
+    owned: BTreeMap<String, Option<Arc<Application>>>,
+}
+
+impl Written {
+    /// Up to date, or the failed writes (as the condition and as the reconcile's error).
+    fn outcome(&self, plan: &apply::Plan) -> (Outcome, Option<Error>) {
+        let failures = &self.applied.failures;
+        if failures.is_empty() {
+            return (Outcome::UpToDate, None);
+        }
+        let message = format!(
+            "{} of {} writes failed: {}",
+            failures.len(),
+            plan.create.len() + plan.update.len() + plan.delete.len(),
+            failures.iter().take(5).cloned().collect::<Vec<_>>().join("; ")
+        );
+        (
+            Outcome::ApplyFailed {
+                message: message.clone(),
+            },
+            Some(Error::Internal(message)),
+        )
+    }
+}
+
+/// Step 4: server-side apply as `capstan-applicationset`, deletes only of Applications this set
+/// controls and only when `applicationsSync` allows; an Event per kind of write.
+async fn write(
+    ctx: &Context,
+    apps_api: &Api<Application>,
+    set: &ApplicationSet,
+    plan: &apply::Plan,
+    existing: &[Arc<Application>],
+) -> Written {
+    let applied = apply::execute(apps_api, plan, apply::applications_sync(set)).await;
+    publish_writes(ctx, &set.object_ref(&()), &applied).await;
+    let set_uid = set.uid().unwrap_or_default();
+    let mut owned: BTreeMap<String, Option<Arc<Application>>> = existing
+        .iter()
+        .filter(|a| apply::ownership(a, &set_uid) == apply::Ownership::Ours)
+        .map(|a| (a.name_any(), Some(Arc::clone(a))))
+        .collect();
+    for name in plan.update.iter().map(|d| &d.name).chain(&applied.created) {
+        owned.entry(name.clone()).or_insert(None);
+    }
+    for name in &applied.deleted {
+        owned.remove(name);
+    }
+    Written { applied, owned }
+}
+
+/// Step 6: ONE status write (none when unchanged), the handled refresh annotations removed, metrics.
+async fn finish(
+    ctx: &Context,
+    state: &State,
+    set: &ApplicationSet,
+    reconciled: &Reconciled,
+    refresh: &[&str],
+    now: &Time,
+) -> Result<(), Error> {
+    let (ns, name) = (set.namespace().unwrap_or_default(), set.name_any());
+    let sets: Api<ApplicationSet> = Api::namespaced(ctx.client.clone(), &ns);
     let observed = Observed {
         generation: set.metadata.generation,
-        outcome,
-        resources,
-        rollout: rollout_result,
-        warnings: &warnings,
-        now: &time,
+        outcome: reconciled.outcome.clone(),
+        resources: reconciled.resources.clone(),
+        rollout: reconciled.rollout.clone(),
+        warnings: &reconciled.warnings,
+        now,
     };
-    let new_status = status::compute(old_status, &observed);
-    write_status::<ApplicationSet, ApplicationSetStatus>(&sets, &set, old_status, &new_status)
+    let old = set.status.as_ref();
+    let new_status = status::compute(old, &observed);
+    write_status::<ApplicationSet, ApplicationSetStatus>(&sets, set, old, &new_status)
         .await
         .map_err(KubeStep::StatusWrite.err())?;
     if !refresh.is_empty() {
-        let patch = serde_json::json!({
-            "metadata": {"annotations": refresh.iter().map(|k| (k.to_string(), serde_json::Value::Null)).collect::<serde_json::Map<_, _>>()}
-        });
-        sets.patch(&name, &super::status::patch_params(), &Patch::Merge(&patch))
+        let annotations: serde_json::Map<_, _> = refresh
+            .iter()
+            .map(|k| (k.to_string(), serde_json::Value::Null))
+            .collect();
+        let patch = serde_json::json!({ "metadata": { "annotations": annotations } });
+        sets.patch(&name, &patch_params(), &Patch::Merge(&patch))
             .await
             .map_err(KubeStep::MetadataPatch.err())?;
     }
-    // Metrics.
     let up_to_date =
         find_condition(&new_status.conditions, "ResourcesUpToDate").map_or("Unknown", |c| c.status.as_str());
-    state.record_info(&ctx, &set, up_to_date);
+    state.record_info(ctx, set, up_to_date);
     if let Some(count) = new_status.resources_count {
         ctx.metrics
             .appset_owned_applications
             .with_label_values(&[&ns, &name])
             .set(count);
     }
-    ctx.metrics
-        .appset_reconcile_duration
-        .with_label_values(&[&ns, &name])
-        .observe(started.elapsed().as_secs_f64());
-    result?;
-    let periodic = git_requeue(&set).unwrap_or(ctx.settings.reconcile_interval);
-    let after = if rollout_progressing {
-        periodic.min(ROLLOUT_REQUEUE)
-    } else {
-        periodic
-    };
-    if after.is_zero() {
-        return Ok(Action::await_change());
-    }
-    Ok(Action::requeue(after))
+    Ok(())
 }
 
 /// The controller error for a failed generation: transient Git trouble backs off; other errors

@@ -12,9 +12,11 @@
 //! A step starts when every Application of every earlier step is `Healthy`; in a started step,
 //! `Waiting` Applications become `Pending` while fewer than `maxUpdate` of the step are `Pending`
 //! or `Progressing` (default 100%; percentages round down but to at least 1; `0` = never synced
-//! by the rollout). I/O part: [`request_sync`] sets `operation.sync` on one Application.
+//! by the rollout). I/O part: [`advance`] requests the syncs [`decide`] allows; [`request_sync`] sets
+//! `operation.sync` on one Application.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -24,7 +26,8 @@ use serde_json::json;
 
 use crate::api::application::{HealthStatusCode, OperationPhase, SyncStatusCode};
 use crate::api::application_set::{
-    ApplicationMatchExpression, ApplicationSetApplicationStatus, MatchOperator, RollingSyncStep, RolloutStatus,
+    ApplicationMatchExpression, ApplicationSet, ApplicationSetApplicationStatus, MatchOperator, RollingSyncStep,
+    RolloutStatus,
 };
 use crate::api::Application;
 
@@ -179,13 +182,7 @@ pub fn decide(
                     to_sync.push(e.application.clone());
                 }
                 if e.status == RolloutStatus::Waiting && busy < limit {
-                    set_status(
-                        e,
-                        RolloutStatus::Pending,
-                        "Application moved to Pending status, watching for the Application resource to start \
-                         Progressing",
-                        now,
-                    );
+                    set_status(e, RolloutStatus::Pending, PENDING, now);
                     busy += 1;
                     to_sync.push(e.application.clone());
                 }
@@ -209,91 +206,62 @@ pub fn decide(
     }
 }
 
+/// Rollout status messages (Argo CD's wording).
+const WAITING: &str = "Application has pending changes, setting status to Waiting";
+const ALREADY_HEALTHY: &str = "Application resource is already Healthy, updating status from Waiting to Healthy";
+const PENDING: &str = "Application moved to Pending status, watching for the Application resource to start Progressing";
+const BECAME_HEALTHY: &str = "Application resource became Healthy, updating status from Progressing to Healthy";
+const BECAME_PROGRESSING: &str = "Application resource became Progressing, updating status from Pending to Progressing";
+
+/// The next status of one Application, its message, and whether a sync must be (re)requested for it.
+type Transition = (RolloutStatus, &'static str, bool);
+
 /// The next status of one Application and whether a sync must be (re)requested for it.
-fn transition(
-    app: &RolloutApp,
-    before: Option<&ApplicationSetApplicationStatus>,
-    now: &Time,
-) -> (RolloutStatus, &'static str, bool) {
+fn transition(app: &RolloutApp, before: Option<&ApplicationSetApplicationStatus>, now: &Time) -> Transition {
     let healthy = app.synced_and_healthy();
     let out_of_sync = app.sync == SyncStatusCode::OutOfSync;
     match before.map(|b| b.status) {
-        None | Some(RolloutStatus::Waiting) if healthy => (
-            RolloutStatus::Healthy,
-            "Application resource is already Healthy, updating status from Waiting to Healthy",
-            false,
-        ),
-        None | Some(RolloutStatus::Waiting) => (
-            RolloutStatus::Waiting,
-            "Application has pending changes, setting status to Waiting",
-            false,
-        ),
-        Some(RolloutStatus::Pending) => {
-            let requested_at = before.and_then(|b| b.last_transition_time.as_ref());
-            let picked_up = !app.operation_requested
-                && match (&app.started_at, requested_at) {
-                    (Some(started), Some(requested)) => started.0 >= requested.0,
-                    _ => false,
-                };
-            if app.operation_requested {
-                (
-                    RolloutStatus::Pending,
-                    "Application moved to Pending status, watching for the Application resource to start Progressing",
-                    false,
-                )
-            } else if !picked_up {
-                // The request was lost (or never written): ask again once the cache had time to see it.
-                let overdue = requested_at.is_none_or(|r| now.0.duration_since(r.0).as_secs() >= REREQUEST_AFTER_SECS);
-                (
-                    RolloutStatus::Pending,
-                    "Application moved to Pending status, watching for the Application resource to start Progressing",
-                    overdue,
-                )
-            } else if healthy && !app.running() {
-                (
-                    RolloutStatus::Healthy,
-                    "Application resource became Healthy, updating status from Progressing to Healthy",
-                    false,
-                )
-            } else {
-                (
-                    RolloutStatus::Progressing,
-                    "Application resource became Progressing, updating status from Pending to Progressing",
-                    false,
-                )
-            }
-        }
-        Some(RolloutStatus::Progressing) => {
-            if healthy && !app.running() {
-                (
-                    RolloutStatus::Healthy,
-                    "Application resource became Healthy, updating status from Progressing to Healthy",
-                    false,
-                )
-            } else if out_of_sync && !app.running() && !app.operation_requested {
-                (
-                    RolloutStatus::Waiting,
-                    "Application has pending changes, setting status to Waiting",
-                    false,
-                )
-            } else {
-                (
-                    RolloutStatus::Progressing,
-                    "Application resource became Progressing, updating status from Pending to Progressing",
-                    false,
-                )
-            }
-        }
-        Some(RolloutStatus::Healthy) if out_of_sync => (
-            RolloutStatus::Waiting,
-            "Application has pending changes, setting status to Waiting",
-            false,
-        ),
-        Some(RolloutStatus::Healthy) => (
-            RolloutStatus::Healthy,
-            "Application resource is already Healthy, updating status from Waiting to Healthy",
-            false,
-        ),
+        None | Some(RolloutStatus::Waiting) if healthy => (RolloutStatus::Healthy, ALREADY_HEALTHY, false),
+        None | Some(RolloutStatus::Waiting) => (RolloutStatus::Waiting, WAITING, false),
+        Some(RolloutStatus::Pending) => from_pending(app, before, now),
+        Some(RolloutStatus::Progressing) => from_progressing(app),
+        Some(RolloutStatus::Healthy) if out_of_sync => (RolloutStatus::Waiting, WAITING, false),
+        Some(RolloutStatus::Healthy) => (RolloutStatus::Healthy, ALREADY_HEALTHY, false),
+    }
+}
+
+/// A `Pending` Application: still requested, picked up by the Application controller (an operation
+/// started after the request), or its request lost and asked again once overdue.
+fn from_pending(app: &RolloutApp, before: Option<&ApplicationSetApplicationStatus>, now: &Time) -> Transition {
+    let requested_at = before.and_then(|b| b.last_transition_time.as_ref());
+    let picked_up = !app.operation_requested
+        && match (&app.started_at, requested_at) {
+            (Some(started), Some(requested)) => started.0 >= requested.0,
+            _ => false,
+        };
+    if app.operation_requested {
+        (RolloutStatus::Pending, PENDING, false)
+    } else if !picked_up {
+        // The request was lost (or never written): ask again once the cache had time to see it.
+        let overdue = requested_at.is_none_or(|r| now.0.duration_since(r.0).as_secs() >= REREQUEST_AFTER_SECS);
+        (RolloutStatus::Pending, PENDING, overdue)
+    } else if app.synced_and_healthy() && !app.running() {
+        (RolloutStatus::Healthy, BECAME_HEALTHY, false)
+    } else {
+        (RolloutStatus::Progressing, BECAME_PROGRESSING, false)
+    }
+}
+
+/// A `Progressing` Application: Healthy once synced and idle, back to `Waiting` when out of sync with
+/// nothing running or requested.
+fn from_progressing(app: &RolloutApp) -> Transition {
+    let out_of_sync = app.sync == SyncStatusCode::OutOfSync;
+    if app.synced_and_healthy() && !app.running() {
+        (RolloutStatus::Healthy, BECAME_HEALTHY, false)
+    } else if out_of_sync && !app.running() && !app.operation_requested {
+        (RolloutStatus::Waiting, WAITING, false)
+    } else {
+        (RolloutStatus::Progressing, BECAME_PROGRESSING, false)
     }
 }
 
@@ -328,6 +296,77 @@ fn set_status(entry: &mut ApplicationSetApplicationStatus, status: RolloutStatus
     }
     entry.status = status;
     entry.message = Some(message.to_owned());
+}
+
+/// What [`advance`] came to: the per-Application rollout status and whether the rollout is progressing.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Advanced {
+    /// `status.applicationStatus`.
+    pub statuses: Vec<ApplicationSetApplicationStatus>,
+    /// Some step is not done yet.
+    pub progressing: bool,
+}
+
+/// One step of the rollout of `set` over its Applications (`owned`; `None`: created in this reconcile,
+/// not in the cache yet): [`decide`], then the sync requests it allows. `wanted` holds the labels and
+/// the automated prune flag of each generated Application. An Application created just now waits for
+/// the next reconcile (its creation triggers it); a failed sync request is logged and asked again.
+pub async fn advance(
+    api: &Api<Application>,
+    set: &ApplicationSet,
+    owned: &BTreeMap<String, Option<Arc<Application>>>,
+    (labels, prunes): (&HashMap<String, BTreeMap<String, String>>, &HashMap<String, bool>),
+    now: &Time,
+) -> Advanced {
+    let steps = set
+        .spec
+        .strategy
+        .as_ref()
+        .and_then(|s| s.rolling_sync.as_ref())
+        .map(|r| r.steps.clone())
+        .unwrap_or_default();
+    let views: Vec<RolloutApp> = owned
+        .iter()
+        .map(|(n, a)| match a {
+            Some(a) => RolloutApp::of(a),
+            None => RolloutApp {
+                name: n.clone(),
+                labels: labels.get(n).cloned().unwrap_or_default(),
+                ..Default::default()
+            },
+        })
+        .collect();
+    let previous = set
+        .status
+        .as_ref()
+        .map(|s| s.application_status.as_slice())
+        .unwrap_or_default();
+    let mut decision = decide(&steps, &views, previous, now);
+    for entry in decision.statuses.iter_mut() {
+        let unseen = owned.get(&entry.application).is_some_and(Option::is_none);
+        if unseen && decision.to_sync.contains(&entry.application) {
+            entry.status = RolloutStatus::Waiting;
+            entry.message = Some("Application was just created".to_owned());
+        }
+    }
+    decision.to_sync.retain(|n| owned.get(n).is_some_and(Option::is_some));
+    for n in &decision.to_sync {
+        if let Some(Some(app)) = owned.get(n) {
+            let prune = prunes.get(n).copied().unwrap_or(false);
+            if let Err(e) = request_sync(api, app, prune).await {
+                tracing::warn!(
+                    namespace = set.metadata.namespace.as_deref().unwrap_or_default(),
+                    name = set.metadata.name.as_deref().unwrap_or_default(),
+                    application = n,
+                    "rollout sync request failed: {e}"
+                );
+            }
+        }
+    }
+    Advanced {
+        statuses: decision.statuses,
+        progressing: decision.progressing,
+    }
 }
 
 /// Requests a sync of `name` as Argo CD's RollingSync does: `operation.sync` (with `prune` from the

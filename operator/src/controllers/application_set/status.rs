@@ -6,7 +6,7 @@
 //! A failure keeps what the last good reconcile reported about the Applications (they were not
 //! touched), only the conditions change.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::api::application_set::{ApplicationSetApplicationStatus, ApplicationSetResource, ApplicationSetStatus};
 use crate::api::conditions::{
@@ -71,29 +71,67 @@ pub struct Observed<'a> {
     pub now: &'a Time,
 }
 
-/// Conditions when parameters were generated but the Applications could not be written (an invalid
-/// generated set, or a failed create/update/delete).
-fn not_applied(conds: &mut Vec<Condition>, reason: &str, message: &str, gen: Option<i64>, now: &Time) {
-    set_condition(conds, CONDITION_ERROR_OCCURRED, STATUS_TRUE, reason, message, gen, now);
-    set_condition(
-        conds,
-        CONDITION_PARAMETERS_GENERATED,
-        STATUS_TRUE,
-        REASON_PARAMETERS_GENERATED,
-        "Successfully generated parameters for all Applications",
-        gen,
-        now,
-    );
-    set_condition(
-        conds,
-        CONDITION_RESOURCES_UP_TO_DATE,
-        STATUS_FALSE,
-        reason,
-        message,
-        gen,
-        now,
-    );
-    set_condition(conds, CONDITION_READY, STATUS_FALSE, reason, message, gen, now);
+/// A condition to set: type, status, reason, message.
+type ConditionRow<'a> = (&'static str, &'static str, &'a str, &'a str);
+
+/// The message of `ParametersGenerated=True`.
+const PARAMETERS_GENERATED_MESSAGE: &str = "Successfully generated parameters for all Applications";
+
+/// The four conditions every outcome sets, in this order: `ErrorOccurred`, `ParametersGenerated`,
+/// `ResourcesUpToDate`, `Ready`. `up_to_date` is the `ResourcesUpToDate` message of a success.
+fn outcome_conditions<'a>(o: &'a Observed<'_>, up_to_date: &'a str) -> [ConditionRow<'a>; 4] {
+    // Parameters were generated but the Applications could not be written (an invalid generated set,
+    // or a failed create/update/delete).
+    let not_applied = |reason: &'a str, message: &'a str| {
+        [
+            (CONDITION_ERROR_OCCURRED, STATUS_TRUE, reason, message),
+            (
+                CONDITION_PARAMETERS_GENERATED,
+                STATUS_TRUE,
+                REASON_PARAMETERS_GENERATED,
+                PARAMETERS_GENERATED_MESSAGE,
+            ),
+            (CONDITION_RESOURCES_UP_TO_DATE, STATUS_FALSE, reason, message),
+            (CONDITION_READY, STATUS_FALSE, reason, message),
+        ]
+    };
+    match &o.outcome {
+        Outcome::GenerationFailed { reason, message } => [
+            (CONDITION_ERROR_OCCURRED, STATUS_TRUE, reason, message),
+            (CONDITION_PARAMETERS_GENERATED, STATUS_FALSE, reason, message),
+            (CONDITION_RESOURCES_UP_TO_DATE, STATUS_FALSE, reason, message),
+            (CONDITION_READY, STATUS_FALSE, reason, message),
+        ],
+        Outcome::Invalid { reason, message } => not_applied(reason, message),
+        Outcome::ApplyFailed { message } => not_applied(REASON_CREATE_APPLICATION_ERROR, message),
+        Outcome::UpToDate => {
+            let ready = match &o.rollout {
+                Some((_, true)) => "Applications are up to date; the rollout is progressing",
+                _ => "Applications are up to date",
+            };
+            [
+                (
+                    CONDITION_ERROR_OCCURRED,
+                    STATUS_FALSE,
+                    REASON_APPLICATION_SET_UP_TO_DATE,
+                    "All applications have been generated successfully",
+                ),
+                (
+                    CONDITION_PARAMETERS_GENERATED,
+                    STATUS_TRUE,
+                    REASON_PARAMETERS_GENERATED,
+                    PARAMETERS_GENERATED_MESSAGE,
+                ),
+                (
+                    CONDITION_RESOURCES_UP_TO_DATE,
+                    STATUS_TRUE,
+                    REASON_APPLICATION_SET_UP_TO_DATE,
+                    up_to_date,
+                ),
+                (CONDITION_READY, STATUS_TRUE, REASON_SUCCEEDED, ready),
+            ]
+        }
+    }
 }
 
 /// The new status.
@@ -101,73 +139,29 @@ pub fn compute(old: Option<&ApplicationSetStatus>, o: &Observed<'_>) -> Applicat
     let mut status = old.cloned().unwrap_or_default();
     let (gen, now) = (o.generation, o.now);
     status.observed_generation = gen;
-    let conds = &mut status.conditions;
-    match &o.outcome {
-        Outcome::GenerationFailed { reason, message } => {
-            set_condition(conds, CONDITION_ERROR_OCCURRED, STATUS_TRUE, reason, message, gen, now);
-            set_condition(
-                conds,
-                CONDITION_PARAMETERS_GENERATED,
-                STATUS_FALSE,
-                reason,
-                message,
-                gen,
-                now,
-            );
-            set_condition(
-                conds,
-                CONDITION_RESOURCES_UP_TO_DATE,
-                STATUS_FALSE,
-                reason,
-                message,
-                gen,
-                now,
-            );
-            set_condition(conds, CONDITION_READY, STATUS_FALSE, reason, message, gen, now);
-        }
-        Outcome::Invalid { reason, message } => not_applied(conds, reason, message, gen, now),
-        Outcome::ApplyFailed { message } => not_applied(conds, REASON_CREATE_APPLICATION_ERROR, message, gen, now),
-        Outcome::UpToDate => {
-            let reason = REASON_APPLICATION_SET_UP_TO_DATE;
-            set_condition(
-                conds,
-                CONDITION_ERROR_OCCURRED,
-                STATUS_FALSE,
-                reason,
-                "All applications have been generated successfully",
-                gen,
-                now,
-            );
-            set_condition(
-                conds,
-                CONDITION_PARAMETERS_GENERATED,
-                STATUS_TRUE,
-                REASON_PARAMETERS_GENERATED,
-                "Successfully generated parameters for all Applications",
-                gen,
-                now,
-            );
-            let mut message = "ApplicationSet up to date".to_owned();
-            for w in o.warnings {
-                message.push_str("; ");
-                message.push_str(w);
-            }
-            set_condition(
-                conds,
-                CONDITION_RESOURCES_UP_TO_DATE,
-                STATUS_TRUE,
-                reason,
-                &message,
-                gen,
-                now,
-            );
-            let ready = match &o.rollout {
-                Some((_, true)) => "Applications are up to date; the rollout is progressing",
-                _ => "Applications are up to date",
-            };
-            set_condition(conds, CONDITION_READY, STATUS_TRUE, REASON_SUCCEEDED, ready, gen, now);
-        }
+    let mut up_to_date = "ApplicationSet up to date".to_owned();
+    for w in o.warnings {
+        up_to_date.push_str("; ");
+        up_to_date.push_str(w);
     }
+    for (type_, s, reason, message) in outcome_conditions(o, &up_to_date) {
+        set_condition(&mut status.conditions, type_, s, reason, message, gen, now);
+    }
+    set_rollout(&mut status, o);
+    if let Some(resources) = &o.resources {
+        status.resources_count = Some(resources.len() as i64);
+        let mut kept = resources.clone();
+        kept.sort_by(|a, b| a.name.cmp(&b.name));
+        kept.truncate(MAX_RESOURCES);
+        status.resources = kept;
+    }
+    status
+}
+
+/// `RolloutProgressing` and `applicationStatus` (RollingSync only; cleared once the set is up to date
+/// without a rollout, kept as they were after a failure).
+fn set_rollout(status: &mut ApplicationSetStatus, o: &Observed<'_>) {
+    let (gen, now) = (o.generation, o.now);
     match &o.rollout {
         Some((apps, progressing)) => {
             let (s, reason, message) = if *progressing {
@@ -183,7 +177,15 @@ pub fn compute(old: Option<&ApplicationSetStatus>, o: &Observed<'_>) -> Applicat
                     "ApplicationSet Rollout is complete",
                 )
             };
-            set_condition(conds, CONDITION_ROLLOUT_PROGRESSING, s, reason, message, gen, now);
+            set_condition(
+                &mut status.conditions,
+                CONDITION_ROLLOUT_PROGRESSING,
+                s,
+                reason,
+                message,
+                gen,
+                now,
+            );
             let mut apps = apps.clone();
             apps.truncate(MAX_APPLICATION_STATUS);
             status.application_status = apps;
@@ -194,14 +196,6 @@ pub fn compute(old: Option<&ApplicationSetStatus>, o: &Observed<'_>) -> Applicat
         }
         None => {}
     }
-    if let Some(resources) = &o.resources {
-        status.resources_count = Some(resources.len() as i64);
-        let mut kept = resources.clone();
-        kept.sort_by(|a, b| a.name.cmp(&b.name));
-        kept.truncate(MAX_RESOURCES);
-        status.resources = kept;
-    }
-    status
 }
 
 #[cfg(test)]
