@@ -427,27 +427,8 @@ async fn reconcile(repo: &Repository, ctx: &Context, state: &State) -> Result<Ac
         .ok_or_else(|| Error::InvalidSpec("a Repository must be namespaced".into()))?;
     let api: Api<Repository> = Api::namespaced(ctx.client.clone(), &ns);
     let old = repo.status.as_ref();
-
     if repo.spec.credential_template {
-        let observation = match RepoUrl::parse(&repo.spec.url) {
-            Ok(_) => match validate_proxy_field(repo) {
-                Ok(()) => Observation::Template,
-                Err(message) => Observation::Invalid { message },
-            },
-            Err(e) => Observation::Invalid {
-                message: format!("url: {}", sanitize(&Credentials::default(), &e.to_string())),
-            },
-        };
-        finish(ctx, &api, repo, &observation, &[]).await?;
-        if let Some(store) = state.store.get() {
-            for dependent in served_by_template(&store.state(), repo, ctx.namespace()) {
-                ctx.notifier.refresh(dependent);
-            }
-        }
-        return match observation {
-            Observation::Invalid { message } => Err(Error::InvalidSpec(message)),
-            _ => Ok(Action::await_change()),
-        };
+        return reconcile_template(repo, ctx, state, &api).await;
     }
 
     let validated = match validate(repo) {
@@ -490,7 +471,9 @@ async fn reconcile(repo: &Repository, ctx: &Context, state: &State) -> Result<Ac
         Err(e) => return Err(e),
     };
 
-    let observation = match look(ctx, state, repo, &ns, &url, &key, &creds).await {
+    let looked = look(ctx, state, repo, &ns, &url, &key, &creds).await;
+    let transient = looked.as_ref().err().is_some_and(SourceError::is_transient);
+    let observation = match looked {
         Ok(revisions) => Observation::Listed { revisions },
         Err(e) => Observation::Failed {
             reason: e.category(),
@@ -511,10 +494,39 @@ async fn reconcile(repo: &Repository, ctx: &Context, state: &State) -> Result<Ac
         Observation::Failed { reason, message } => Err(Error::Git {
             category: reason,
             message,
-            transient: matches!(reason, "Timeout" | "Internal"),
+            transient,
             retry_after: poll,
         }),
         _ => Ok(Action::requeue(poll)),
+    }
+}
+
+/// A credential template: only its URL and proxy are checked (it is never listed); the Repositories it
+/// serves are refreshed, since their credentials may have changed.
+async fn reconcile_template(
+    repo: &Repository,
+    ctx: &Context,
+    state: &State,
+    api: &Api<Repository>,
+) -> Result<Action, Error> {
+    let observation = match RepoUrl::parse(&repo.spec.url) {
+        Ok(_) => match validate_proxy_field(repo) {
+            Ok(()) => Observation::Template,
+            Err(message) => Observation::Invalid { message },
+        },
+        Err(e) => Observation::Invalid {
+            message: format!("url: {}", sanitize(&Credentials::default(), &e.to_string())),
+        },
+    };
+    finish(ctx, api, repo, &observation, &[]).await?;
+    if let Some(store) = state.store.get() {
+        for dependent in served_by_template(&store.state(), repo, ctx.namespace()) {
+            ctx.notifier.refresh(dependent);
+        }
+    }
+    match observation {
+        Observation::Invalid { message } => Err(Error::InvalidSpec(message)),
+        _ => Ok(Action::await_change()),
     }
 }
 

@@ -25,7 +25,9 @@ use serde_json::{Map, Value};
 
 use super::paths::{self, AbsolutePaths};
 use super::process::{self, PrivateDir, ProcessSpec};
-use super::{objects_from_documents, yaml, AppLocation, KustomizeOptions, Limits, RenderError, RenderRequest};
+use super::{
+    objects_from_documents, yaml, AppLocation, KustomizeOptions, KustomizeReplica, Limits, RenderError, RenderRequest,
+};
 
 /// File names kustomize recognizes, in its lookup order.
 pub const KUSTOMIZATION_FILES: [&str; 3] = ["kustomization.yaml", "kustomization.yml", "Kustomization"];
@@ -256,19 +258,47 @@ pub fn apply_edits(
         set_image(array_field(doc, "images")?, parsed);
     }
     for replica in &o.replicas {
-        let list = array_field(doc, "replicas")?;
-        let name = Value::String(replica.name.clone());
-        match list
-            .iter_mut()
-            .filter_map(Value::as_object_mut)
-            .find(|m| m.get("name") == Some(&name))
-        {
-            Some(existing) => {
-                existing.insert("count".into(), replica.count.into());
-            }
-            None => list.push(serde_json::json!({"name": replica.name, "count": replica.count})),
+        set_replicas(array_field(doc, "replicas")?, replica);
+    }
+    add_common_metadata(doc, o, env)?;
+    if !o.namespace.is_empty() {
+        doc.insert("namespace".into(), o.namespace.clone().into());
+    }
+    for patch in &o.patches {
+        let value =
+            serde_json::to_value(patch).map_err(|e| RenderError::InvalidSpec(format!("kustomize patch: {e}")))?;
+        array_field(doc, "patches")?.push(value);
+    }
+    let list = array_field(doc, "components")?;
+    for component in components {
+        let value = Value::String(component.clone());
+        if !list.contains(&value) {
+            list.push(value);
         }
     }
+    if list.is_empty() {
+        doc.remove("components");
+    }
+    Ok(())
+}
+
+/// `edit set replicas`: the entry for the replica's name, added or updated.
+fn set_replicas(list: &mut Vec<Value>, replica: &KustomizeReplica) {
+    let name = Value::String(replica.name.clone());
+    match list
+        .iter_mut()
+        .filter_map(Value::as_object_mut)
+        .find(|m| m.get("name") == Some(&name))
+    {
+        Some(existing) => {
+            existing.insert("count".into(), replica.count.into());
+        }
+        None => list.push(serde_json::json!({"name": replica.name, "count": replica.count})),
+    }
+}
+
+/// `edit add label` and `edit add annotation` for the common labels and annotations.
+fn add_common_metadata(doc: &mut Map<String, Value>, o: &KustomizeOptions, env: &BuildEnv) -> Result<(), RenderError> {
     if !o.common_labels.is_empty() {
         let pairs = o.common_labels.iter().map(|(k, v)| (k, envsubst(v, env)));
         if o.label_without_selector {
@@ -302,24 +332,6 @@ pub fn apply_edits(
             o.force_common_annotations,
             "annotation",
         )?;
-    }
-    if !o.namespace.is_empty() {
-        doc.insert("namespace".into(), o.namespace.clone().into());
-    }
-    for patch in &o.patches {
-        let value =
-            serde_json::to_value(patch).map_err(|e| RenderError::InvalidSpec(format!("kustomize patch: {e}")))?;
-        array_field(doc, "patches")?.push(value);
-    }
-    let list = array_field(doc, "components")?;
-    for component in components {
-        let value = Value::String(component.clone());
-        if !list.contains(&value) {
-            list.push(value);
-        }
-    }
-    if list.is_empty() {
-        doc.remove("components");
     }
     Ok(())
 }

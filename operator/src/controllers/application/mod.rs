@@ -378,42 +378,9 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) -> anyhow::Result<()> {
         .reflect(repo_writer)
         .touched_objects();
     let _ = state.repositories.set(repo_reader);
-    let (policy_reader, policy_writer) = reflector::store();
-    let listed_state = Arc::clone(&state);
-    let policy_sets = watcher(Api::<PolicySet>::all(client.clone()), watcher::Config::default())
-        .default_backoff()
-        .reflect(policy_writer)
-        .inspect(move |event| match event {
-            Ok(watcher::Event::InitDone) => listed_state.policies_listed.store(true, Ordering::Release),
-            // Fail closed, but say why: without a listing (CRD missing, RBAC) no sync starts.
-            Err(e) if !listed_state.policies_listed.load(Ordering::Acquire) => tracing::warn!(
-                controller = CONTROLLER,
-                "PolicySets cannot be listed ({e}); no sync starts until they can"
-            ),
-            _ => {}
-        })
-        .touched_objects();
-    let _ = state.policy_sets.set(policy_reader);
+    let policy_sets = policy_set_stream(&client, &state);
     let _ = state.applications.set(reader.clone());
-    // Every Application event (status included): dependents react to their dependencies, and deleted
-    // Applications are forgotten (metrics series, tracked refs).
-    let (dep_ctx, dep_state) = (Arc::clone(&ctx), Arc::clone(&state));
-    let peers_stream = watcher(Api::<Application>::all(client), watcher::Config::default())
-        .default_backoff()
-        .filter_map(move |event| {
-            let (ctx, state) = (Arc::clone(&dep_ctx), Arc::clone(&dep_state));
-            async move {
-                match event {
-                    Ok(watcher::Event::Delete(app)) => {
-                        state.forget(&ctx, &app);
-                        None
-                    }
-                    Ok(watcher::Event::Apply(app) | watcher::Event::InitApply(app)) => Some(Ok(app)),
-                    Ok(_) => None,
-                    Err(e) => Some(Err(e)),
-                }
-            }
-        });
+    let peers_stream = peers_stream(&client, &ctx, &state);
     spawn_revision_listener(&ctx, &state, reader.clone());
     spawn_repository_drain(repos);
     let mapper_store = reader.clone();
@@ -451,6 +418,56 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) -> anyhow::Result<()> {
         })
         .await;
     Ok(())
+}
+
+/// The PolicySets, kept in the state's store; marks them listed once the first list is in (until then
+/// no sync starts: fail closed).
+fn policy_set_stream(
+    client: &kube::Client,
+    state: &Arc<State>,
+) -> impl futures::Stream<Item = Result<PolicySet, watcher::Error>> + Send + 'static {
+    let (policy_reader, policy_writer) = reflector::store();
+    let _ = state.policy_sets.set(policy_reader);
+    let listed_state = Arc::clone(state);
+    watcher(Api::<PolicySet>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .reflect(policy_writer)
+        .inspect(move |event| match event {
+            Ok(watcher::Event::InitDone) => listed_state.policies_listed.store(true, Ordering::Release),
+            // Fail closed, but say why: without a listing (CRD missing, RBAC) no sync starts.
+            Err(e) if !listed_state.policies_listed.load(Ordering::Acquire) => tracing::warn!(
+                controller = CONTROLLER,
+                "PolicySets cannot be listed ({e}); no sync starts until they can"
+            ),
+            _ => {}
+        })
+        .touched_objects()
+}
+
+/// Every Application event (status included): dependents react to their dependencies, and deleted
+/// Applications are forgotten (metrics series, tracked refs).
+fn peers_stream(
+    client: &kube::Client,
+    ctx: &Arc<Context>,
+    state: &Arc<State>,
+) -> impl futures::Stream<Item = Result<Application, watcher::Error>> + Send + 'static {
+    let (dep_ctx, dep_state) = (Arc::clone(ctx), Arc::clone(state));
+    watcher(Api::<Application>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .filter_map(move |event| {
+            let (ctx, state) = (Arc::clone(&dep_ctx), Arc::clone(&dep_state));
+            async move {
+                match event {
+                    Ok(watcher::Event::Delete(app)) => {
+                        state.forget(&ctx, &app);
+                        None
+                    }
+                    Ok(watcher::Event::Apply(app) | watcher::Event::InitApply(app)) => Some(Ok(app)),
+                    Ok(_) => None,
+                    Err(e) => Some(Err(e)),
+                }
+            }
+        })
 }
 
 /// The Applications a PolicySet applies to (re-evaluated when it changes).

@@ -603,19 +603,7 @@ impl<'i, 'a> Planner<'i, 'a> {
             remove_finalizers: completed_hook_finalizers(&run.tasks),
             ..Actions::default()
         };
-        let propagation = run.opts.prune_propagation;
-        let delete_on_success: Vec<DeleteAction> = run
-            .tasks
-            .iter()
-            .filter(|t| t.hook && !t.running() && t.delete_on_success())
-            .map(|t| delete_action(t, DeleteReason::HookSucceeded, propagation))
-            .collect();
-        let delete_on_failure: Vec<DeleteAction> = run
-            .tasks
-            .iter()
-            .filter(|t| t.hook && !t.running() && t.delete_on_failure())
-            .map(|t| delete_action(t, DeleteReason::HookFailed, propagation))
-            .collect();
+        let (delete_on_success, delete_on_failure) = finished_hook_deletes(&run.tasks, run.opts.prune_propagation);
 
         let (sync_fail, mut tasks): (Vec<SyncTask<'_>>, Vec<SyncTask<'_>>) =
             run.tasks.into_iter().partition(|t| t.phase == SyncPhase::SyncFail);
@@ -648,7 +636,20 @@ impl<'i, 'a> Planner<'i, 'a> {
             actions.delete_on_success = delete_on_success;
         }
         let run = run_with(run.sync, run.opts, run.force);
-        match self.run_group(&run, group, &mut actions) {
+        self.group_step(&run, group, (phase, wave), final_group, actions)
+    }
+
+    /// The step that runs the (phase, wave) group `group`: blocked (wait), deleting hooks first, or
+    /// applying.
+    fn group_step(
+        &mut self,
+        run: &Run<'_, '_>,
+        group: Vec<SyncTask<'_>>,
+        (phase, wave): (SyncPhase, i64),
+        final_group: bool,
+        mut actions: Actions,
+    ) -> Step {
+        match self.run_group(run, group, &mut actions) {
             GroupRun::Blocked(reason) => self.wait(
                 reason,
                 WAIT_REQUEUE,
@@ -1117,6 +1118,20 @@ fn apply_action(t: &SyncTask<'_>, force: bool, dry_run: bool) -> ApplyAction {
         hook: t.hook,
         record: record_of(t),
     }
+}
+
+/// The deletes of finished hooks whose delete policy says so: `(HookSucceeded, HookFailed)`.
+fn finished_hook_deletes(tasks: &[SyncTask<'_>], propagation: Propagation) -> (Vec<DeleteAction>, Vec<DeleteAction>) {
+    let (mut on_success, mut on_failure) = (Vec::new(), Vec::new());
+    for t in tasks.iter().filter(|t| t.hook && !t.running()) {
+        if t.delete_on_success() {
+            on_success.push(delete_action(t, DeleteReason::HookSucceeded, propagation));
+        }
+        if t.delete_on_failure() {
+            on_failure.push(delete_action(t, DeleteReason::HookFailed, propagation));
+        }
+    }
+    (on_success, on_failure)
 }
 
 fn delete_action(t: &SyncTask<'_>, reason: DeleteReason, propagation: Propagation) -> DeleteAction {
