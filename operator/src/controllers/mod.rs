@@ -27,6 +27,8 @@ pub mod policy_access;
 pub mod policy_set;
 pub mod repository;
 pub mod status;
+#[cfg(test)]
+pub(crate) mod testsupport;
 
 use std::collections::BTreeSet;
 use std::fmt;

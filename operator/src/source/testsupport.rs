@@ -3,6 +3,7 @@
 //! and a tarpit. Every server binds 127.0.0.1 on a free port, is killed on drop, and every wait is
 //! bounded. Commands are argv lists; nothing goes through a shell.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -173,27 +174,32 @@ pub fn commit(
     oid
 }
 
-/// Builds a tree from `path → content` (one directory level supported, enough for tests).
+/// Builds a tree from `path → content` (paths of any depth, `/`-separated).
 pub fn build_tree(repo: &git2::Repository, files: &[(&str, &str)]) -> git2::Oid {
-    let mut root = repo.treebuilder(None).expect("tb");
-    let mut subdirs: std::collections::BTreeMap<&str, git2::TreeBuilder<'_>> = Default::default();
-    for (path, content) in files {
-        let blob = repo.blob(content.as_bytes()).expect("blob");
-        match path.split_once('/') {
-            Some((d, f)) => {
-                let tb = subdirs.entry(d).or_insert_with(|| repo.treebuilder(None).expect("tb"));
-                tb.insert(f, blob, 0o100644).expect("insert");
-            }
-            None => {
-                root.insert(path, blob, 0o100644).expect("insert");
-            }
+    /// A directory: subdirectories and files.
+    #[derive(Default)]
+    struct Dir<'a>(BTreeMap<&'a str, Dir<'a>>, BTreeMap<&'a str, &'a str>);
+    fn write(repo: &git2::Repository, dir: &Dir<'_>) -> git2::Oid {
+        let mut tb = repo.treebuilder(None).expect("tb");
+        for (name, content) in &dir.1 {
+            let blob = repo.blob(content.as_bytes()).expect("blob");
+            tb.insert(name, blob, 0o100644).expect("insert");
         }
+        for (name, sub) in &dir.0 {
+            tb.insert(name, write(repo, sub), 0o040000).expect("insert dir");
+        }
+        tb.write().expect("write tree")
     }
-    for (d, tb) in subdirs {
-        let t = tb.write().expect("write");
-        root.insert(d, t, 0o040000).expect("insert dir");
+    let mut root = Dir::default();
+    for (path, content) in files {
+        let mut parts: Vec<&str> = path.split('/').collect();
+        let file = parts.pop().expect("file name");
+        let dir = parts
+            .into_iter()
+            .fold(&mut root, |cur, part| cur.0.entry(part).or_default());
+        dir.1.insert(file, content);
     }
-    root.write().expect("write root")
+    write(repo, &root)
 }
 
 /// `git daemon` serving `base` over git://.

@@ -1,139 +1,36 @@
 //! Controller-level tests: the reconcile pipeline driven directly against an in-process devcluster,
-//! with a local bare Git repository served over `file://` (commits made with git2).
+//! with a local bare Git repository served over `file://` (`controllers::testsupport`).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{ObjectMeta, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Api, Client};
-use prometheus::Registry;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::PostParams;
+use kube::Api;
 
 use super::{reconcile, State};
 use crate::api::application::{
     ApplicationDestination, ApplicationSource, ApplicationSpec, HealthStatusCode, OperationPhase, SyncPolicy,
-    SyncPolicyAutomated, SyncStatusCode,
+    SyncStatusCode,
 };
 use crate::api::Application;
-use crate::cluster::ClusterClients;
+use crate::controllers::testsupport::{auto, Env, SyncPolicyExt};
 use crate::controllers::{Context, Settings};
-use crate::metrics::Metrics;
-use crate::source::git::{Git2Source, GitConfig};
 
-struct Env {
-    _dev: devcluster::DevCluster,
-    _tmp: tempfile::TempDir,
-    config: kube::Config,
-    client: Client,
-    repo: git2::Repository,
-    url: String,
-    git_root: std::path::PathBuf,
-}
-
-async fn env() -> Env {
-    let dev = devcluster::start(devcluster::Config::default()).expect("devcluster");
-    let kubeconfig = Kubeconfig::from_yaml(&dev.kubeconfig_yaml()).expect("kubeconfig");
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .expect("config");
-    let client = Client::try_from(config.clone()).expect("client");
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in crate::crds() {
-        crds.create(&PostParams::default(), &crd).await.expect("crd");
-    }
-    for ns in ["apps", "capstan-system"] {
-        let obj = Namespace {
-            metadata: ObjectMeta {
-                name: Some(ns.into()),
-                ..ObjectMeta::default()
-            },
-            ..Namespace::default()
-        };
-        Api::<Namespace>::all(client.clone())
-            .create(&PostParams::default(), &obj)
-            .await
-            .expect("ns");
-    }
-    wait_for_crd(&client).await;
-    let tmp = tempfile::tempdir().expect("tmp");
-    let repo_path = tmp.path().join("repo.git");
-    let repo = git2::Repository::init_bare(&repo_path).expect("init");
-    repo.set_head("refs/heads/main").expect("head");
-    Env {
-        url: format!("file://{}", repo_path.display()),
-        git_root: tmp.path().join("cache"),
-        _dev: dev,
-        _tmp: tmp,
-        config,
-        client,
-        repo,
-    }
-}
-
-async fn wait_for_crd(client: &Client) {
-    let apps: Api<Application> = Api::namespaced(client.clone(), "apps");
-    for _ in 0..100 {
-        if apps.list(&Default::default()).await.is_ok() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("Application CRD never served");
-}
-
-/// Commits exactly `files` (paths with at most one directory level) on `main`.
-fn commit(repo: &git2::Repository, files: &[(&str, &str)]) -> String {
-    let mut dirs: BTreeMap<&str, git2::TreeBuilder<'_>> = BTreeMap::new();
-    let mut root = repo.treebuilder(None).expect("tb");
-    for (path, content) in files {
-        let blob = repo.blob(content.as_bytes()).expect("blob");
-        match path.split_once('/') {
-            Some((d, f)) => {
-                let tb = dirs.entry(d).or_insert_with(|| repo.treebuilder(None).expect("tb"));
-                tb.insert(f, blob, 0o100644).expect("insert");
-            }
-            None => {
-                root.insert(path, blob, 0o100644).expect("insert");
-            }
-        }
-    }
-    for (d, tb) in dirs {
-        let oid = tb.write().expect("write");
-        root.insert(d, oid, 0o040000).expect("dir");
-    }
-    let tree = repo.find_tree(root.write().expect("root")).expect("tree");
-    let sig = git2::Signature::now("t", "t@example.com").expect("sig");
-    let parent = repo
-        .refname_to_id("refs/heads/main")
-        .ok()
-        .and_then(|o| repo.find_commit(o).ok());
-    let parents: Vec<&git2::Commit<'_>> = parent.iter().collect();
-    let oid = repo
-        .commit(Some("refs/heads/main"), &sig, &sig, "c", &tree, &parents)
-        .expect("commit");
-    oid.to_string()
-}
-
+/// The context of these tests: waves 200 ms apart.
 fn context(env: &Env) -> Arc<Context> {
-    let metrics = Metrics::register(&Registry::new()).expect("metrics");
-    let settings = Settings {
+    env.context(Settings {
         wave_delay: Duration::from_millis(200),
         ..Settings::default()
-    };
-    let git = Git2Source::new(&env.git_root, GitConfig::default());
-    let clusters = ClusterClients::new(env.config.clone(), "capstan-system").expect("clusters");
-    Arc::new(Context::new(env.client.clone(), settings, Arc::new(git), metrics).with_clusters(Arc::new(clusters)))
+    })
 }
 
 fn cm(name: &str, extra: &str) -> String {
     format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n{extra}data:\n  k: v\n")
 }
 
-async fn create_app(env: &Env, name: &str, path: &str, prune: bool) -> Api<Application> {
+async fn create_app(env: &Env, name: &str, path: &str, sync_policy: SyncPolicy) -> Api<Application> {
     let apps: Api<Application> = Api::namespaced(env.client.clone(), "apps");
     let mut app = Application::new(
         name,
@@ -149,13 +46,7 @@ async fn create_app(env: &Env, name: &str, path: &str, prune: bool) -> Api<Appli
                 name: None,
                 namespace: Some("apps".into()),
             },
-            sync_policy: Some(SyncPolicy {
-                automated: Some(SyncPolicyAutomated {
-                    prune,
-                    ..SyncPolicyAutomated::default()
-                }),
-                ..SyncPolicy::default()
-            }),
+            sync_policy: Some(sync_policy),
             ..ApplicationSpec::default()
         },
     );
@@ -201,12 +92,9 @@ fn synced_healthy(app: &Application) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn directory_app_syncs_prunes_and_never_prunes_on_render_failure() {
-    let env = env().await;
-    commit(
-        &env.repo,
-        &[("app/a.yaml", &cm("alpha", "")), ("app/b.yaml", &cm("beta", ""))],
-    );
-    let apps = create_app(&env, "guestbook", "app", true).await;
+    let env = Env::start().await;
+    env.commit(&[("app/a.yaml", &cm("alpha", "")), ("app/b.yaml", &cm("beta", ""))]);
+    let apps = create_app(&env, "guestbook", "app", auto().prune()).await;
     let ctx = context(&env);
     let (state, _rx) = State::new();
     let app = drive(
@@ -239,7 +127,7 @@ async fn directory_app_syncs_prunes_and_never_prunes_on_render_failure() {
         .any(|c| c.type_ == "Ready" && c.status == "True"));
 
     // A file leaves Git: with prune the object goes.
-    commit(&env.repo, &[("app/a.yaml", &cm("alpha", ""))]);
+    env.commit(&[("app/a.yaml", &cm("alpha", ""))]);
     state.force("apps/guestbook".into());
     drive(&apps, "guestbook", &ctx, &state, Duration::from_secs(60), |a| {
         synced_healthy(a) && a.status.as_ref().is_some_and(|s| s.resources.len() == 1)
@@ -254,10 +142,7 @@ async fn directory_app_syncs_prunes_and_never_prunes_on_render_failure() {
     assert!(cms.get_opt("beta").await.expect("get").is_none(), "beta pruned");
 
     // Broken YAML: ComparisonError, sync Unknown, nothing pruned.
-    commit(
-        &env.repo,
-        &[("app/a.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: [oops\n")],
-    );
+    env.commit(&[("app/a.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: [oops\n")]);
     state.force("apps/guestbook".into());
     let app = drive(&apps, "guestbook", &ctx, &state, Duration::from_secs(30), |a| {
         a.status
@@ -278,18 +163,15 @@ async fn directory_app_syncs_prunes_and_never_prunes_on_render_failure() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn presync_hook_and_waves_complete_in_order_and_survive_a_restart() {
-    let env = env().await;
+    let env = Env::start().await;
     let job = "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: migrate\n  annotations:\n    argocd.argoproj.io/hook: PreSync\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers:\n      - name: m\n        image: busybox\n";
     let wave1 = cm("late", "  annotations:\n    argocd.argoproj.io/sync-wave: \"1\"\n");
-    commit(
-        &env.repo,
-        &[
-            ("w/job.yaml", job),
-            ("w/early.yaml", &cm("early", "")),
-            ("w/late.yaml", &wave1),
-        ],
-    );
-    let apps = create_app(&env, "waves", "w", false).await;
+    env.commit(&[
+        ("w/job.yaml", job),
+        ("w/early.yaml", &cm("early", "")),
+        ("w/late.yaml", &wave1),
+    ]);
+    let apps = create_app(&env, "waves", "w", auto()).await;
     let ctx = context(&env);
     let (state, _rx) = State::new();
     // Run until the sync is under way, then "restart": a fresh State and Context.
@@ -340,16 +222,16 @@ async fn presync_hook_and_waves_complete_in_order_and_survive_a_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn incomplete_live_cache_never_prunes() {
-    let env = env().await;
-    commit(&env.repo, &[("p/a.yaml", &cm("keep", ""))]);
-    let apps = create_app(&env, "careful", "p", true).await;
+    let env = Env::start().await;
+    env.commit(&[("p/a.yaml", &cm("keep", ""))]);
+    let apps = create_app(&env, "careful", "p", auto().prune()).await;
     let ctx = context(&env);
     let (state, _rx) = State::new();
     drive(&apps, "careful", &ctx, &state, Duration::from_secs(60), synced_healthy).await;
     // The file leaves Git while the live cache cannot list ConfigMaps (a restarted operator whose
     // watch keeps failing): nothing may be pruned.
-    commit(&env.repo, &[("p/other.yaml", &cm("other", ""))]);
-    env._dev.inject_faults(devcluster::Fault {
+    env.commit(&[("p/other.yaml", &cm("other", ""))]);
+    env.dev.inject_faults(devcluster::Fault {
         status: 500,
         count: 100_000,
         method: Some("GET".into()),
@@ -384,19 +266,16 @@ async fn incomplete_live_cache_never_prunes() {
 /// kind does not have fails the sync before anything is applied. `Validate=false` writes with `Ignore`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_fields_fail_the_sync_unless_validate_is_false() {
-    let env = env().await;
-    commit(
-        &env.repo,
-        &[
-            ("strict/cm.yaml", &cm("strict-cm", "spec:\n  oops: 1\n")),
-            ("lenient/cm.yaml", &cm("lenient-cm", "spec:\n  oops: 1\n")),
-        ],
-    );
+    let env = Env::start().await;
+    env.commit(&[
+        ("strict/cm.yaml", &cm("strict-cm", "spec:\n  oops: 1\n")),
+        ("lenient/cm.yaml", &cm("lenient-cm", "spec:\n  oops: 1\n")),
+    ]);
     let ctx = context(&env);
     let (state, _rx) = State::new();
     let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), "apps");
 
-    let apps = create_app(&env, "strict", "strict", false).await;
+    let apps = create_app(&env, "strict", "strict", auto()).await;
     let app = drive(&apps, "strict", &ctx, &state, Duration::from_secs(60), |a| {
         a.status
             .as_ref()
@@ -415,7 +294,7 @@ async fn unknown_fields_fail_the_sync_unless_validate_is_false() {
         "nothing applied"
     );
 
-    let apps = create_app(&env, "lenient", "lenient", false).await;
+    let apps = create_app(&env, "lenient", "lenient", auto()).await;
     let patch = serde_json::json!({"spec": {"syncPolicy": {"syncOptions": ["Validate=false"]}}});
     apps.patch(
         "lenient",
@@ -433,4 +312,33 @@ async fn unknown_fields_fail_the_sync_unless_validate_is_false() {
     .await;
     let applied = cms.get("lenient-cm").await.expect("applied with Validate=false");
     assert_eq!(applied.data.unwrap_or_default().get("k").map(String::as_str), Some("v"));
+}
+
+/// The promise of the status writer and the pipeline: once an Application is Synced and Healthy, a
+/// reconcile that finds nothing new writes nothing — no status patch, no metadata patch, no apply.
+/// devcluster's request log shows every request the second reconcile made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconciling_a_synced_application_again_writes_nothing() {
+    let env = Env::start().await;
+    env.commit(&[("steady/a.yaml", &cm("alpha", "")), ("steady/b.yaml", &cm("beta", ""))]);
+    let apps = create_app(&env, "steady", "steady", auto().prune()).await;
+    let ctx = context(&env);
+    let (state, _rx) = State::new();
+    drive(&apps, "steady", &ctx, &state, Duration::from_secs(60), synced_healthy).await;
+    for round in ["first", "second"] {
+        env.dev.clear_request_log();
+        let app = apps.get("steady").await.expect("get app");
+        assert!(synced_healthy(&app), "Synced and Healthy before the {round} reconcile");
+        reconcile(Arc::new(app), Arc::clone(&ctx), Arc::clone(&state))
+            .await
+            .expect("the reconcile succeeds");
+    }
+    let writes: Vec<String> = env
+        .dev
+        .request_log()
+        .into_iter()
+        .filter(|r| r.method != "GET")
+        .map(|r| format!("{} {}?{}", r.method, r.path, r.query))
+        .collect();
+    assert!(writes.is_empty(), "the second reconcile wrote: {writes:#?}");
 }

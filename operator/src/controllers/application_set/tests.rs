@@ -1,17 +1,12 @@
 //! Controller-level tests: `reconcile` driven directly against an in-process devcluster, with a
-//! local bare Git repository served over `file://` (commits made with git2). The Application
+//! local bare Git repository served over `file://` (`controllers::testsupport`). The Application
 //! controller does not run here: where a test needs Application status (RollingSync), it writes
 //! it through the status subresource, as the Application controller would.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Api, Client, ResourceExt};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
 use prometheus::Registry;
 use serde_json::{json, Value};
 
@@ -19,114 +14,28 @@ use super::{reconcile, State};
 use crate::api::application_set::{ApplicationSet, RolloutStatus};
 use crate::api::{Application, Cluster};
 use crate::controllers::status::{find_condition, is_condition};
+use crate::controllers::testsupport::{self, NS};
 use crate::controllers::{Context, Settings};
-use crate::metrics::Metrics;
-use crate::source::git::{Git2Source, GitConfig};
 
-const NS: &str = "apps";
-
+/// The shared environment plus this controller's context and state.
 struct Env {
-    _dev: devcluster::DevCluster,
-    tmp: tempfile::TempDir,
-    client: Client,
-    repo: git2::Repository,
-    url: String,
+    base: testsupport::Env,
     ctx: Arc<Context>,
     state: Arc<State>,
 }
 
+impl std::ops::Deref for Env {
+    type Target = testsupport::Env;
+    fn deref(&self) -> &testsupport::Env {
+        &self.base
+    }
+}
+
 async fn env() -> Env {
-    let dev = devcluster::start(devcluster::Config::default()).expect("devcluster");
-    let kubeconfig = Kubeconfig::from_yaml(&dev.kubeconfig_yaml()).expect("kubeconfig");
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .expect("config");
-    let client = Client::try_from(config).expect("client");
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in crate::crds() {
-        crds.create(&PostParams::default(), &crd).await.expect("crd");
-    }
-    for ns in [NS, "capstan-system"] {
-        let obj = Namespace {
-            metadata: ObjectMeta {
-                name: Some(ns.into()),
-                ..ObjectMeta::default()
-            },
-            ..Namespace::default()
-        };
-        Api::<Namespace>::all(client.clone())
-            .create(&PostParams::default(), &obj)
-            .await
-            .expect("ns");
-    }
-    let sets: Api<ApplicationSet> = Api::namespaced(client.clone(), NS);
-    for _ in 0..100 {
-        if sets.list(&Default::default()).await.is_ok() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let tmp = tempfile::tempdir().expect("tmp");
-    let repo_path = tmp.path().join("repo.git");
-    let repo = git2::Repository::init_bare(&repo_path).expect("init");
-    repo.set_head("refs/heads/main").expect("head");
-    let metrics = Metrics::register(&Registry::new()).expect("metrics");
-    let git = Git2Source::new(tmp.path().join("cache"), GitConfig::default());
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        Settings::default(),
-        Arc::new(git),
-        metrics,
-    ));
+    let base = testsupport::Env::start().await;
+    let ctx = base.context(Settings::default());
     let (state, _rx) = State::new();
-    Env {
-        url: format!("file://{}", repo_path.display()),
-        _dev: dev,
-        tmp,
-        client,
-        repo,
-        ctx,
-        state,
-    }
-}
-
-#[derive(Default)]
-struct Dir(BTreeMap<String, Dir>, BTreeMap<String, String>);
-
-fn write_tree(repo: &git2::Repository, dir: &Dir) -> git2::Oid {
-    let mut tb = repo.treebuilder(None).expect("tb");
-    for (name, content) in &dir.1 {
-        let blob = repo.blob(content.as_bytes()).expect("blob");
-        tb.insert(name, blob, 0o100644).expect("insert");
-    }
-    for (name, sub) in &dir.0 {
-        tb.insert(name, write_tree(repo, sub), 0o040000).expect("dir");
-    }
-    tb.write().expect("write")
-}
-
-/// Commits exactly `files` (any depth) on `main`.
-fn commit(repo: &git2::Repository, files: &[(&str, &str)]) -> String {
-    let mut root = Dir::default();
-    for (path, content) in files {
-        let mut parts: Vec<&str> = path.split('/').collect();
-        let file = parts.pop().expect("file name");
-        let mut cur = &mut root;
-        for p in parts {
-            cur = cur.0.entry(p.to_owned()).or_default();
-        }
-        cur.1.insert(file.to_owned(), (*content).to_owned());
-    }
-    let tree = repo.find_tree(write_tree(repo, &root)).expect("tree");
-    let sig = git2::Signature::now("t", "t@example.com").expect("sig");
-    let parent = repo
-        .refname_to_id("refs/heads/main")
-        .ok()
-        .and_then(|o| repo.find_commit(o).ok());
-    let parents: Vec<&git2::Commit<'_>> = parent.iter().collect();
-    repo.commit(Some("refs/heads/main"), &sig, &sig, "c", &tree, &parents)
-        .expect("commit")
-        .to_string()
+    Env { base, ctx, state }
 }
 
 fn template(name: &str, path: &str) -> Value {
@@ -209,14 +118,11 @@ fn condition(set: &ApplicationSet, type_: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn git_directories_follow_git_under_each_policy_and_survive_an_unreachable_repo() {
     let env = env().await;
-    commit(
-        &env.repo,
-        &[
-            ("apps/a/cm.yaml", "x"),
-            ("apps/b/cm.yaml", "x"),
-            ("other/c/cm.yaml", "x"),
-        ],
-    );
+    env.commit(&[
+        ("apps/a/cm.yaml", "x"),
+        ("apps/b/cm.yaml", "x"),
+        ("other/c/cm.yaml", "x"),
+    ]);
     let set = create_set(&env, "dirs", git_dirs_spec(&env.url)).await;
     let (result, after) = reconcile_set(&env, "dirs").await;
     result.expect("reconcile");
@@ -252,14 +158,11 @@ async fn git_directories_follow_git_under_each_policy_and_survive_an_unreachable
     assert!(managers.contains(&"capstan-applicationset".to_owned()), "{managers:?}");
 
     // A new directory: refreshed by annotation (which is removed once handled).
-    commit(
-        &env.repo,
-        &[
-            ("apps/a/cm.yaml", "x"),
-            ("apps/b/cm.yaml", "x"),
-            ("apps/c/cm.yaml", "x"),
-        ],
-    );
+    env.commit(&[
+        ("apps/a/cm.yaml", "x"),
+        ("apps/b/cm.yaml", "x"),
+        ("apps/c/cm.yaml", "x"),
+    ]);
     refresh(&env, "dirs").await;
     let (result, after) = reconcile_set(&env, "dirs").await;
     result.expect("reconcile");
@@ -276,7 +179,7 @@ async fn git_directories_follow_git_under_each_policy_and_survive_an_unreachable
     assert_eq!(again.metadata.resource_version, rv);
 
     // The repository becomes unreachable: an error, never "zero Applications".
-    let repo_path = env.tmp.path().join("repo.git");
+    let repo_path = env.repo_path();
     let moved = env.tmp.path().join("moved.git");
     std::fs::rename(&repo_path, &moved).unwrap();
     refresh(&env, "dirs").await;
@@ -299,7 +202,7 @@ async fn git_directories_follow_git_under_each_policy_and_survive_an_unreachable
         json!({"spec": {"syncPolicy": {"applicationsSync": "create-only"}}}),
     )
     .await;
-    commit(&env.repo, &[("apps/a/cm.yaml", "x"), ("apps/c/cm.yaml", "x")]);
+    env.commit(&[("apps/a/cm.yaml", "x"), ("apps/c/cm.yaml", "x")]);
     refresh(&env, "dirs").await;
     let (result, after) = reconcile_set(&env, "dirs").await;
     result.expect("reconcile");
@@ -331,7 +234,7 @@ async fn git_directories_follow_git_under_each_policy_and_survive_an_unreachable
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn template_errors_and_foreign_namespaces_write_nothing() {
     let env = env().await;
-    commit(&env.repo, &[("apps/a/cm.yaml", "x")]);
+    env.commit(&[("apps/a/cm.yaml", "x")]);
     // Duplicate names: error, nothing applied.
     create_set(
         &env,
@@ -388,7 +291,7 @@ async fn create_cluster(env: &Env, name: &str, env_label: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clusters_generator_and_matrix_with_git_directories() {
     let env = env().await;
-    commit(&env.repo, &[("apps/web/cm.yaml", "x"), ("apps/db/cm.yaml", "x")]);
+    env.commit(&[("apps/web/cm.yaml", "x"), ("apps/db/cm.yaml", "x")]);
     create_cluster(&env, "east", "staging").await;
     create_cluster(&env, "west", "staging").await;
     create_cluster(&env, "lab", "dev").await;

@@ -5,20 +5,9 @@ use std::time::Duration;
 
 use super::*;
 use crate::api::application::{OperationState, SyncOperationResult};
+use crate::controllers::testsupport::{auto, manual, SyncPolicyExt};
 
 const REV: &str = "0123456789012345678901234567890123456789";
-
-fn policy(auto: bool, prune: bool, self_heal: bool, allow_empty: bool) -> SyncPolicy {
-    SyncPolicy {
-        automated: auto.then_some(SyncPolicyAutomated {
-            enabled: None,
-            prune,
-            self_heal,
-            allow_empty,
-        }),
-        ..SyncPolicy::default()
-    }
-}
 
 fn res(name: &str, status: SyncStatusCode, prune: bool) -> ResourceStatus {
     ResourceStatus {
@@ -74,7 +63,7 @@ fn decision_table() {
     let succeeded = last(OperationPhase::Succeeded, REV);
     let older = last(OperationPhase::Succeeded, "ffff");
     // Synced: never.
-    for p in [policy(true, true, true, true), policy(false, false, false, false)] {
+    for p in [auto().prune().self_heal().allow_empty(), manual()] {
         assert_eq!(
             decide_with(&p, SyncStatusCode::Synced, &drifted, None),
             AutoDecision::Idle
@@ -82,22 +71,12 @@ fn decision_table() {
     }
     // Manual policy: never.
     assert_eq!(
-        decide_with(
-            &policy(false, false, false, false),
-            SyncStatusCode::OutOfSync,
-            &drifted,
-            None
-        ),
+        decide_with(&manual(), SyncStatusCode::OutOfSync, &drifted, None),
         AutoDecision::Idle
     );
     // Automated, new revision (or never synced): full sync.
     for l in [None, Some(&older)] {
-        match decide_with(
-            &policy(true, false, false, false),
-            SyncStatusCode::OutOfSync,
-            &drifted,
-            l,
-        ) {
+        match decide_with(&auto(), SyncStatusCode::OutOfSync, &drifted, l) {
             AutoDecision::Sync(op) => {
                 let s = op.sync.unwrap();
                 assert!(s.resources.is_empty() && !s.prune && s.revision.as_deref() == Some(REV));
@@ -108,13 +87,8 @@ fn decision_table() {
         }
     }
     // Last attempt at this revision failed: one attempt per revision, with or without selfHeal.
-    for self_heal in [false, true] {
-        match decide_with(
-            &policy(true, false, self_heal, false),
-            SyncStatusCode::OutOfSync,
-            &drifted,
-            Some(&failed),
-        ) {
+    for p in [auto(), auto().self_heal()] {
+        match decide_with(&p, SyncStatusCode::OutOfSync, &drifted, Some(&failed)) {
             AutoDecision::AlreadyFailed(m) => {
                 assert!(m.starts_with("Failed last sync attempt to 0123456: boom"), "{m}")
             }
@@ -123,16 +97,11 @@ fn decision_table() {
     }
     // Succeeded at this revision: only selfHeal re-syncs, and only the drifted resources.
     assert_eq!(
-        decide_with(
-            &policy(true, false, false, false),
-            SyncStatusCode::OutOfSync,
-            &drifted,
-            Some(&succeeded)
-        ),
+        decide_with(&auto(), SyncStatusCode::OutOfSync, &drifted, Some(&succeeded)),
         AutoDecision::Idle
     );
     match decide_with(
-        &policy(true, false, true, false),
+        &auto().self_heal(),
         SyncStatusCode::OutOfSync,
         &drifted,
         Some(&succeeded),
@@ -151,18 +120,13 @@ fn allow_empty_and_prune_only() {
         res("a", SyncStatusCode::OutOfSync, true),
         res("b", SyncStatusCode::OutOfSync, true),
     ];
-    match decide_with(
-        &policy(true, true, false, false),
-        SyncStatusCode::OutOfSync,
-        &all_pruned,
-        None,
-    ) {
+    match decide_with(&auto().prune(), SyncStatusCode::OutOfSync, &all_pruned, None) {
         AutoDecision::Refused(m) => assert!(m.contains("wipe out all resources")),
         other => panic!("{other:?}"),
     }
     assert!(matches!(
         decide_with(
-            &policy(true, true, false, true),
+            &auto().prune().allow_empty(),
             SyncStatusCode::OutOfSync,
             &all_pruned,
             None
@@ -175,16 +139,11 @@ fn allow_empty_and_prune_only() {
         res("b", SyncStatusCode::OutOfSync, true),
     ];
     assert_eq!(
-        decide_with(
-            &policy(true, false, false, false),
-            SyncStatusCode::OutOfSync,
-            &prune_only,
-            None
-        ),
+        decide_with(&auto(), SyncStatusCode::OutOfSync, &prune_only, None),
         AutoDecision::Idle
     );
     // `enabled: false` switches automation off while keeping the flags.
-    let mut off = policy(true, true, true, true);
+    let mut off = auto().prune().self_heal().allow_empty();
     off.automated.as_mut().unwrap().enabled = Some(false);
     assert_eq!(
         decide_with(&off, SyncStatusCode::OutOfSync, &prune_only, None),
@@ -194,7 +153,7 @@ fn allow_empty_and_prune_only() {
 
 #[test]
 fn self_heal_backs_off() {
-    let p = policy(true, false, true, false);
+    let p = auto().self_heal();
     let drifted = [res("a", SyncStatusCode::OutOfSync, false)];
     let succeeded = last(OperationPhase::Succeeded, REV);
     let at = |attempts: u32, since: u64| {
@@ -254,8 +213,8 @@ fn rollback_refused_while_automated() {
         ..RevisionHistory::default()
     }];
     let op = Operation::default();
-    assert!(rollback_to_sync(&op, 4, &history, Some(&policy(true, false, false, false))).is_err());
-    let sync = rollback_to_sync(&op, 4, &history, Some(&policy(false, false, false, false))).unwrap();
+    assert!(rollback_to_sync(&op, 4, &history, Some(&auto())).is_err());
+    let sync = rollback_to_sync(&op, 4, &history, Some(&manual())).unwrap();
     assert_eq!(sync.sync.unwrap().revision.as_deref(), Some("abc"));
     assert!(rollback_to_sync(&op, 9, &history, None).unwrap_err().contains("id 9"));
 }

@@ -6,9 +6,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::*;
 use crate::api::application::{
     OperationInitiator, ResourceStatus, RetryStrategy, RollbackOperation, SyncOperation, SyncOperationResult,
-    SyncPolicyAutomated, SyncStatusCode,
+    SyncStatusCode,
 };
 use crate::controllers::application::status::ProblemKind;
+use crate::controllers::testsupport::{auto, SyncPolicyExt};
 
 const REV: &str = "0123456789012345678901234567890123456789";
 const OLD: &str = "ffffffffffffffffffffffffffffffffffffffff";
@@ -100,14 +101,8 @@ fn state(operation: Operation, phase: OperationPhase, finished_ago: i64) -> Oper
 }
 
 impl Case {
-    fn auto(mut self, self_heal: bool) -> Self {
-        self.policy = Some(SyncPolicy {
-            automated: Some(SyncPolicyAutomated {
-                self_heal,
-                ..SyncPolicyAutomated::default()
-            }),
-            ..SyncPolicy::default()
-        });
+    fn policy(mut self, policy: SyncPolicy) -> Self {
+        self.policy = Some(policy);
         self
     }
     fn current(mut self, op: OperationState) -> Self {
@@ -245,7 +240,7 @@ fn choice_table() {
         ),
         (
             "PolicySets not listed yet: nothing starts, shown as a wait",
-            case().auto(false).gate(PolicyGate::Pending(pending.clone())),
+            case().policy(auto()).gate(PolicyGate::Pending(pending.clone())),
             with(expect("nothing"), |g| {
                 g.requeue = Some(5);
                 g.dependency = Some("PolicyPending");
@@ -263,7 +258,7 @@ fn choice_table() {
         ),
         (
             "PolicySets deny: no automated sync, no SyncError",
-            case().auto(false).gate(PolicyGate::Denied(denied)),
+            case().policy(auto()).gate(PolicyGate::Denied(denied)),
             with(expect("nothing"), |g| g.requeue = Some(30)),
         ),
         (
@@ -283,12 +278,12 @@ fn choice_table() {
         ),
         (
             "a dependsOn cycle: no automated sync",
-            case().auto(false).dependencies(Verdict::Cycle("a -> b -> a".into())),
+            case().policy(auto()).dependencies(Verdict::Cycle("a -> b -> a".into())),
             with(expect("nothing"), |g| g.dependency = Some("DependencyCycle")),
         ),
         (
             "a rollback is refused while automated sync is on",
-            case().auto(false).requested(rollback.clone()),
+            case().policy(auto()).requested(rollback.clone()),
             with(expect("nothing"), |g| {
                 g.sync_error = Some("RollbackRefused");
                 g.clear = true;
@@ -323,23 +318,23 @@ fn choice_table() {
         (
             "a failed automated sync is retried when its backoff is due",
             case()
-                .auto(false)
+                .policy(auto())
                 .current(state(automated_op.clone(), OperationPhase::Failed, 60).with_retry(retry(3, false))),
             expect("retry"),
         ),
         (
             "retry.refresh: a failed sync pinned to an old commit restarts at the new one",
-            case().auto(false).current(pinned_old),
+            case().policy(auto()).current(pinned_old),
             expect("retry"),
         ),
         (
             "retries exhausted: automated sync does not try the failed commit again",
-            case().auto(false).current(exhausted),
+            case().policy(auto()).current(exhausted),
             with(expect("nothing"), |g| g.sync_error = Some("SyncFailed")),
         ),
         (
             "the comparison failed: nothing",
-            case().auto(false).with(|c| {
+            case().policy(auto()).with(|c| {
                 c.target = None;
                 c.blocked = true;
             }),
@@ -347,27 +342,27 @@ fn choice_table() {
         ),
         (
             "an invalid spec: no automated sync",
-            case().auto(false).with(|c| c.blocked = true),
+            case().policy(auto()).with(|c| c.blocked = true),
             expect("nothing"),
         ),
         (
             "automated, OutOfSync at a new commit: a full sync",
             case()
-                .auto(false)
+                .policy(auto())
                 .current(state(sync_to(OLD), OperationPhase::Succeeded, 3600)),
             expect("start-auto"),
         ),
         (
             "automated with selfHeal, drifted after a sync of this commit: the drifted resources",
             case()
-                .auto(true)
+                .policy(auto().self_heal())
                 .current(state(sync_to(REV), OperationPhase::Succeeded, 3600)),
             expect("start-self-heal"),
         ),
         (
             "selfHeal backs off (2 s after the last sync)",
             case()
-                .auto(true)
+                .policy(auto().self_heal())
                 .current(state(sync_to(REV), OperationPhase::Succeeded, 1)),
             with(expect("nothing"), |g| g.requeue = Some(1)),
         ),
@@ -381,11 +376,14 @@ fn choice_table() {
 #[test]
 fn a_dependency_cycle_stalls_and_a_wait_does_not() {
     let cycle = case()
-        .auto(false)
+        .policy(auto())
         .dependencies(Verdict::Cycle("a -> a".into()))
         .choose();
     assert_eq!(cycle.dependency.map(|p| p.kind), Some(ProblemKind::InvalidSpec));
-    let wait = case().auto(false).dependencies(Verdict::Waiting("db".into())).choose();
+    let wait = case()
+        .policy(auto())
+        .dependencies(Verdict::Waiting("db".into()))
+        .choose();
     assert_eq!(wait.dependency.map(|p| p.kind), Some(ProblemKind::Permanent));
 }
 
@@ -403,13 +401,13 @@ fn what_is_advanced() {
     // retry.refresh restarts the failed operation at the new target commit, counting the retry.
     let mut pinned = state(sync_to(OLD), OperationPhase::Failed, 1);
     pinned.operation.retry = retry(3, true);
-    let Next::Retry(next) = case().auto(false).current(pinned).choose().next else {
+    let Next::Retry(next) = case().policy(auto()).current(pinned).choose().next else {
         panic!("a retry")
     };
     assert_eq!(next.operation.sync.and_then(|s| s.revision).as_deref(), Some(REV));
     assert_eq!(next.retry_count, Some(1));
     // An automated sync targets the compared commit.
-    let Next::Start { operation, .. } = case().auto(false).choose().next else {
+    let Next::Start { operation, .. } = case().policy(auto()).choose().next else {
         panic!("a start")
     };
     assert_eq!(operation.sync.and_then(|s| s.revision).as_deref(), Some(REV));
