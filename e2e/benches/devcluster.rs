@@ -33,6 +33,10 @@ use tokio::net::TcpStream;
 
 use capstan_e2e::etcd::EtcdServer;
 
+#[path = "../../operator/benches/support/report.rs"]
+mod report;
+use report::{clock_ticks, date, loadavg, machine};
+
 const OBJECTS: usize = 10_000;
 const CONCURRENCY: usize = 16;
 const WATCHERS: usize = 50;
@@ -58,15 +62,6 @@ struct Cpu {
     process: Duration,
     server: Duration,
     etcd: Duration,
-}
-
-fn clock_ticks() -> f64 {
-    std::process::Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
-        .unwrap_or(100.0)
 }
 
 /// `(comm, utime + stime in ticks)` from a `/proc/.../stat` file.
@@ -735,43 +730,6 @@ async fn watch_suite(meter: &Meter, report: &mut Report, latencies: &mut Vec<Dur
 // ------------------------------------------------------------------------------------------------
 // Report
 
-fn machine() -> String {
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let cpu = cpuinfo
-        .lines()
-        .find(|l| l.starts_with("model name"))
-        .and_then(|l| l.split(':').nth(1))
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|| "unknown CPU".into());
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
-    let mem_gib = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| {
-            m.lines()
-                .find(|l| l.starts_with("MemTotal:"))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|k| k.parse::<f64>().ok()))
-        })
-        .map(|kib| kib / (1024.0 * 1024.0))
-        .unwrap_or(0.0);
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    format!("{cores} cores ({cpu}), {mem_gib:.0} GiB RAM, Linux {}", kernel.trim())
-}
-
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
-}
-
-fn date() -> String {
-    std::process::Command::new("date")
-        .args(["-u", "+%Y-%m-%d %H:%M UTC"])
-        .output()
-        .ok()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default()
-}
-
 fn fmt_rate(r: f64) -> String {
     if r >= 100.0 {
         format!("{:.0}/s", r)
@@ -893,53 +851,6 @@ fn render(report: &Report, runs: usize, load_before: &str, latencies: &mut [Dura
     out
 }
 
-const INTRO_START: &str = "<!-- bench-intro:start -->";
-const INTRO_END: &str = "<!-- bench-intro:end -->";
-/// The same text is written by operator/benches/source_render.rs.
-const INTRO: &str = "<!-- bench-intro:start -->
-# Benchmarks
-
-Written by `make bench` (`cargo bench -p capstan-e2e --bench devcluster` and
-`cargo bench -p capstan --bench source_render`, release profile); each bench replaces only its own
-section between its markers. Benchmarks are benchmarks, not timed tests: nothing fails on a slow figure.
-
-Figures are medians (with min – max or p90) of several runs on a **shared 2-core development machine**
-that other jobs were using at the same time; each section records the machine, the date and the load
-average. Treat differences below ~30 % as noise; compare runs from the same section only.
-<!-- bench-intro:end -->
-";
-
-/// Replaces the text between `start` and `end` (inclusive) with `section`, or appends it.
-fn splice(old: &str, start: &str, end: &str, section: &str) -> String {
-    match (old.find(start), old.find(end)) {
-        (Some(a), Some(b)) if b > a => {
-            let mut stop = b + end.len();
-            if old[stop..].starts_with('\n') {
-                stop += 1;
-            }
-            format!("{}{}{}", &old[..a], section, &old[stop..])
-        }
-        _ if old.is_empty() => section.to_string(),
-        _ => format!("{}\n{}", old.trim_end_matches('\n').to_string() + "\n", section),
-    }
-}
-
-fn write_report(section: &str) -> std::io::Result<std::path::PathBuf> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/benchmarks.md");
-    let old = std::fs::read_to_string(&path).unwrap_or_default();
-    let with_intro = if old.contains(INTRO_START) {
-        splice(&old, INTRO_START, INTRO_END, INTRO)
-    } else {
-        format!("{INTRO}\n{old}")
-    };
-    let new = splice(&with_intro, START, END, section);
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    std::fs::write(&path, new)?;
-    Ok(path)
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     // `cargo bench` passes `--bench`; a filter or `--list` from the harness protocol is ignored.
@@ -975,7 +886,7 @@ async fn main() -> anyhow::Result<()> {
     );
     let section = render(&report, runs, &load_before, &mut latencies);
     print!("{section}");
-    let path = write_report(&section)?;
+    let path = report::write_section(START, END, &section)?;
     eprintln!("wrote {}", path.display());
     Ok(())
 }

@@ -10,7 +10,6 @@
 //! Figures go between the `appset-bench` markers of docs/benchmarks.md; the rest is kept.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -27,6 +26,9 @@ use kube::api::{ObjectMeta, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client};
 use serde_json::json;
+
+#[path = "support/report.rs"]
+mod report;
 
 const START: &str = "<!-- appset-bench:start -->";
 const END: &str = "<!-- appset-bench:end -->";
@@ -219,20 +221,6 @@ async fn apply_figures() -> anyhow::Result<Apply> {
     })
 }
 
-fn splice(old: &str, section: &str) -> String {
-    match (old.find(START), old.find(END)) {
-        (Some(a), Some(b)) if b > a => {
-            let mut stop = b + END.len();
-            if old[stop..].starts_with('\n') {
-                stop += 1;
-            }
-            format!("{}{}{}", &old[..a], section, &old[stop..])
-        }
-        _ if old.is_empty() => section.to_string(),
-        _ => format!("{}\n\n{}", old.trim_end_matches('\n'), section),
-    }
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     if std::env::args().any(|a| a == "--list") {
@@ -240,7 +228,7 @@ async fn main() -> anyhow::Result<()> {
     }
     let (gen_median, gen_min) = generation_figures();
     let apply = apply_figures().await?;
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load = report::loadavg();
     let section = format!(
         "{START}
 ## ApplicationSet (`cargo bench -p capstan --bench appset`)
@@ -267,10 +255,7 @@ no-change reconcile makes no request at all.
         load = load.trim(),
     );
     print!("{section}");
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/benchmarks.md");
-    // Re-read just before writing: other benchmarks write other sections of the same file.
-    let old = std::fs::read_to_string(&path).unwrap_or_default();
-    std::fs::write(&path, splice(&old, &section))?;
+    let path = report::write_section(START, END, &section)?;
     eprintln!("wrote {}", path.display());
     Ok(())
 }

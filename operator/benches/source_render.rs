@@ -27,6 +27,10 @@ use capstan::render::{Binaries, KustomizeOptions, Limits, RenderRequest, Rendere
 use capstan::source::git::{Git2Source, GitConfig};
 use capstan::source::{Credentials, GitSource, RepoUrl, Revision};
 
+#[path = "support/report.rs"]
+mod report;
+use report::{clock_ticks, command_line, date, loadavg, machine};
+
 const LS_REMOTE_RUNS: usize = 50;
 const FETCH_RUNS: usize = 20;
 const CLONE_RUNS: usize = 5;
@@ -51,16 +55,6 @@ fn rusage(who: libc::c_int) -> Duration {
     };
     let tv = |t: libc::timeval| Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64);
     tv(ru.ru_utime) + tv(ru.ru_stime)
-}
-
-fn clock_ticks() -> f64 {
-    // SAFETY: sysconf has no memory effects.
-    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if t > 0 {
-        t as f64
-    } else {
-        100.0
-    }
 }
 
 /// utime + stime + cutime + cstime of a process (the daemon and the children it reaped).
@@ -853,50 +847,6 @@ spec:
 // ------------------------------------------------------------------------------------------------
 // Report
 
-fn machine() -> String {
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let cpu = cpuinfo
-        .lines()
-        .find(|l| l.starts_with("model name"))
-        .and_then(|l| l.split(':').nth(1))
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|| "unknown CPU".into());
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
-    let mem_gib = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| {
-            m.lines()
-                .find(|l| l.starts_with("MemTotal:"))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|k| k.parse::<f64>().ok()))
-        })
-        .map(|kib| kib / (1024.0 * 1024.0))
-        .unwrap_or(0.0);
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    format!("{cores} cores ({cpu}), {mem_gib:.0} GiB RAM, Linux {}", kernel.trim())
-}
-
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
-}
-
-fn command_line(program: &str, args: &[&str]) -> String {
-    Command::new(program)
-        .args(args)
-        .output()
-        .ok()
-        .map(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .next()
-                .unwrap_or("")
-                .trim()
-                .to_string()
-        })
-        .unwrap_or_default()
-}
-
 fn fmt_ms(v: f64) -> String {
     if v >= 1000.0 {
         format!("{:.2} s", v / 1e3)
@@ -916,7 +866,7 @@ fn render_report(figures: &[Figure], load_before: &str) -> String {
     out += &format!(
         "Run {} on {}; load average before the run {load_before}, after {}. \
          `cargo bench -p capstan --bench source_render` (release profile). {}; kubectl {}; helm {}.\n\n",
-        command_line("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
+        date(),
         machine(),
         loadavg(),
         command_line("git", &["--version"]),
@@ -932,7 +882,7 @@ fn render_report(figures: &[Figure], load_before: &str) -> String {
             bare tool on the same input for comparison.\n\n";
     out += "CPU/op: *client* = this process (libgit2, parsing); *server/tool* = child processes \
             (`git-http-backend`, `kubectl`, `helm`) and `git daemon` with its `upload-pack`s. \
-            Anchors are from docs/performance-anchors (§5); [L] = measured on a 2-core development machine \
+            Anchors are the comparable figures of the git CLI, libgit2, kustomize and helm; [L] = measured on a 2-core development machine \
             under load, [M] = published measurement. The verdict compares the median with the anchor's figure.\n\n";
     for (section, title) in [("git", "### Git on loopback\n\n"), ("render", "### Rendering\n\n")] {
         out += title;
@@ -969,53 +919,6 @@ fn render_report(figures: &[Figure], load_before: &str) -> String {
     out
 }
 
-const INTRO_START: &str = "<!-- bench-intro:start -->";
-const INTRO_END: &str = "<!-- bench-intro:end -->";
-/// The same text is written by e2e/benches/devcluster.rs.
-const INTRO: &str = "<!-- bench-intro:start -->
-# Benchmarks
-
-Written by `make bench` (`cargo bench -p capstan-e2e --bench devcluster` and
-`cargo bench -p capstan --bench source_render`, release profile); each bench replaces only its own
-section between its markers. Benchmarks are benchmarks, not timed tests: nothing fails on a slow figure.
-
-Figures are medians (with min – max or p90) of several runs on a **shared 2-core development machine**
-that other jobs were using at the same time; each section records the machine, the date and the load
-average. Treat differences below ~30 % as noise; compare runs from the same section only.
-<!-- bench-intro:end -->
-";
-
-/// Replaces the text between `start` and `end` (inclusive) with `section`, or appends it.
-fn splice(old: &str, start: &str, end: &str, section: &str) -> String {
-    match (old.find(start), old.find(end)) {
-        (Some(a), Some(b)) if b > a => {
-            let mut stop = b + end.len();
-            if old[stop..].starts_with('\n') {
-                stop += 1;
-            }
-            format!("{}{}{}", &old[..a], section, &old[stop..])
-        }
-        _ if old.is_empty() => section.to_string(),
-        _ => format!("{}\n{}", old.trim_end_matches('\n').to_string() + "\n", section),
-    }
-}
-
-fn write_report(section: &str) -> std::io::Result<PathBuf> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/benchmarks.md");
-    let old = std::fs::read_to_string(&path).unwrap_or_default();
-    let with_intro = if old.contains(INTRO_START) {
-        splice(&old, INTRO_START, INTRO_END, INTRO)
-    } else {
-        format!("{INTRO}\n{old}")
-    };
-    let new = splice(&with_intro, START, END, section);
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    std::fs::write(&path, new)?;
-    Ok(path)
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     if std::env::args().any(|a| a == "--list") {
@@ -1042,7 +945,7 @@ async fn main() -> anyhow::Result<()> {
 
     let section = render_report(&figures, &load_before);
     print!("{section}");
-    let path = write_report(&section)?;
+    let path = report::write_section(START, END, &section)?;
     eprintln!("wrote {}", path.display());
     Ok(())
 }
