@@ -890,6 +890,13 @@ impl AppEnv {
         self.cluster.apply(&to_yaml(objects), &[]).await;
     }
 
+    /// Applies the Application `name` of the test namespace: the test repository's `path`, deployed to
+    /// the test namespace, with `spec` merged over those defaults (see [`application`]).
+    pub async fn create_app(&self, name: &str, path: &str, spec: Value) {
+        self.apply(&[application(&self.ns, name, &self.repo.url(), path, &self.ns, spec)])
+            .await;
+    }
+
     /// The Application `name` in the test namespace; panics if it does not exist.
     pub async fn app(&self, name: &str) -> Value {
         self.app_in(&self.ns, name).await

@@ -191,15 +191,8 @@ async fn kustomize_overlay_applies_name_prefix_common_labels_and_image_override(
     env.repo.commit("kustomize guestbook").await;
     let mut spec = automated(false, false);
     spec["source"] = json!({"kustomize": {"images": ["gcr.io/heptio-images/ks-guestbook-demo:0.3"]}});
-    env.apply(&[application(
-        &env.ns,
-        "kustomize-guestbook",
-        &env.repo.url(),
-        "kustomize-guestbook/overlays/staging",
-        &env.ns,
-        spec,
-    )])
-    .await;
+    env.create_app("kustomize-guestbook", "kustomize-guestbook/overlays/staging", spec)
+        .await;
 
     let app = env.wait_synced_healthy("kustomize-guestbook").await;
     assert_eq!(text(&app, "/status/sourceType"), "Kustomize");
@@ -246,15 +239,7 @@ async fn helm_chart_values_follow_argo_precedence() {
         }
     });
     let rec = Recorder::start(&env.client().await, &env.ns, &["Job", "ConfigMap"]).await;
-    env.apply(&[application(
-        &env.ns,
-        "settings",
-        &env.repo.url(),
-        "charts/settings",
-        &env.ns,
-        spec,
-    )])
-    .await;
+    env.create_app("settings", "charts/settings", spec).await;
 
     let app = env.wait_synced_healthy("settings").await;
     assert_eq!(text(&app, "/status/sourceType"), "Helm");
@@ -569,15 +554,7 @@ async fn remote_cluster_destination_by_name_receives_the_objects() {
 async fn metrics_expose_app_info_and_sync_total() {
     let env = AppEnv::start("metrics").await;
     commit_guestbook(&env).await;
-    env.apply(&[application(
-        &env.ns,
-        "guestbook",
-        &env.repo.url(),
-        "guestbook",
-        &env.ns,
-        automated(false, false),
-    )])
-    .await;
+    env.create_app("guestbook", "guestbook", automated(false, false)).await;
     env.wait_synced_healthy("guestbook").await;
 
     let name = r#"name="guestbook""#;

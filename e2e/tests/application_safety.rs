@@ -3,7 +3,7 @@
 //! selfHeal; an unreachable repository, a render failure or an empty render never deletes anything.
 
 use capstan_e2e::capstan::{
-    application, automated, condition, condition_true, health_status, resource_entry, sync_result_entry, sync_status,
+    automated, condition, condition_true, health_status, resource_entry, sync_result_entry, sync_status,
     synced_healthy, text, AppEnv,
 };
 use std::time::Duration;
@@ -35,8 +35,7 @@ async fn synced_app(prefix: &str, spec: Value) -> (AppEnv, String) {
     let env = AppEnv::start(prefix).await;
     env.repo.copy_fixture("selfheal", "app");
     let sha = env.repo.commit("deployment and settings").await;
-    env.apply(&[application(&env.ns, "app", &env.repo.url(), "app", &env.ns, spec)])
-        .await;
+    env.create_app("app", "app", spec).await;
     env.wait_synced_healthy("app").await;
     (env, sha)
 }
@@ -46,15 +45,7 @@ async fn automated_prune_deletes_what_left_git() {
     let env = AppEnv::start("prune").await;
     env.repo.copy_fixture("prune", "app");
     env.repo.commit("two configmaps").await;
-    env.apply(&[application(
-        &env.ns,
-        "app",
-        &env.repo.url(),
-        "app",
-        &env.ns,
-        automated(true, false),
-    )])
-    .await;
+    env.create_app("app", "app", automated(true, false)).await;
     env.wait_synced_healthy("app").await;
     let keep_uid = uid(&env.must_get("ConfigMap", "keep").await);
     env.must_get("ConfigMap", "extra").await;
@@ -112,15 +103,7 @@ async fn prune_runs_in_reverse_wave_order_and_respects_prune_false() {
         &configmap_yaml("precious", json!({"argocd.argoproj.io/sync-options": "Prune=false"})),
     );
     env.repo.commit("waves").await;
-    env.apply(&[application(
-        &env.ns,
-        "app",
-        &env.repo.url(),
-        "app",
-        &env.ns,
-        automated(true, false),
-    )])
-    .await;
+    env.create_app("app", "app", automated(true, false)).await;
     env.wait_synced_healthy("app").await;
     let rec = capstan_e2e::capstan::Recorder::start(&env.client().await, &env.ns, &["ConfigMap"]).await;
 
@@ -171,15 +154,7 @@ async fn without_prune_a_removed_object_stays_and_requires_pruning() {
     let env = AppEnv::start("noprune").await;
     env.repo.copy_fixture("prune", "app");
     env.repo.commit("two configmaps").await;
-    env.apply(&[application(
-        &env.ns,
-        "app",
-        &env.repo.url(),
-        "app",
-        &env.ns,
-        automated(false, false),
-    )])
-    .await;
+    env.create_app("app", "app", automated(false, false)).await;
     env.wait_synced_healthy("app").await;
     let extra_uid = uid(&env.must_get("ConfigMap", "extra").await);
 
@@ -496,15 +471,7 @@ async fn copied_tracking_marks_are_neither_adopted_nor_pruned() {
     let env = AppEnv::start("copiedlabel").await;
     env.repo.copy_fixture("prune", "app");
     env.repo.commit("two configmaps").await;
-    env.apply(&[application(
-        &env.ns,
-        "app",
-        &env.repo.url(),
-        "app",
-        &env.ns,
-        automated(true, false),
-    )])
-    .await;
+    env.create_app("app", "app", automated(true, false)).await;
     env.wait_synced_healthy("app").await;
     let keep = env.must_get("ConfigMap", "keep").await;
     let instance = text(&keep, "/metadata/labels/capstan.dev~1app-instance").to_owned();

@@ -61,15 +61,7 @@ async fn waves_and_hooks_run_in_argo_order_and_succeeded_hooks_are_deleted() {
     let sha = env.repo.commit("waves and hooks").await;
     let rec = Recorder::start(&env.client().await, &env.ns, &["Job", "ConfigMap", "Deployment"]).await;
 
-    env.apply(&[application(
-        &env.ns,
-        "waves",
-        &env.repo.url(),
-        "app",
-        &env.ns,
-        automated(true, false),
-    )])
-    .await;
+    env.create_app("waves", "app", automated(true, false)).await;
     let app = env
         .wait_app("waves", "the sync operation Succeeded", |a| {
             operation_phase(a) == "Succeeded"
@@ -149,15 +141,7 @@ async fn a_degraded_wave_fails_the_sync_and_runs_the_syncfail_hook() {
     let rec = Recorder::start(&env.client().await, &env.ns, &["Job", "ConfigMap", "Deployment"]).await;
 
     // A manual sync (no automated policy, so no automatic retries of the failed operation).
-    env.apply(&[application(
-        &env.ns,
-        "failing",
-        &env.repo.url(),
-        "app",
-        &env.ns,
-        json!({}),
-    )])
-    .await;
+    env.create_app("failing", "app", json!({})).await;
     env.wait_app("failing", "compared (OutOfSync)", |a| sync_status(a) == "OutOfSync")
         .await;
     assert!(
@@ -400,15 +384,7 @@ async fn rollback_to_a_history_id_restores_the_old_revision_and_is_refused_while
     };
     env.repo.write("app/release.yaml", &version("1"));
     let rev1 = env.repo.commit("release 1").await;
-    env.apply(&[application(
-        &env.ns,
-        "release",
-        &env.repo.url(),
-        "app",
-        &env.ns,
-        json!({}),
-    )])
-    .await;
+    env.create_app("release", "app", json!({})).await;
 
     env.wait_app("release", "OutOfSync at revision 1", |a| {
         sync_status(a) == "OutOfSync" && text(a, "/status/sync/revision") == rev1
@@ -542,15 +518,7 @@ async fn operator_killed_mid_sync_resumes_and_completes_exactly_once() {
     let sha = env.repo.commit("three waves").await;
     let rec = Recorder::start(&env.client().await, &env.ns, &["Job", "ConfigMap", "Deployment"]).await;
 
-    env.apply(&[application(
-        &env.ns,
-        "waves",
-        &env.repo.url(),
-        "app",
-        &env.ns,
-        automated(true, false),
-    )])
-    .await;
+    env.create_app("waves", "app", automated(true, false)).await;
     // Wave 1 is in progress: its slow Deployment exists and is not available yet.
     let client = env.client().await;
     let ns = env.ns.clone();
@@ -656,8 +624,7 @@ async fn start_stuck_hook_app(env: &AppEnv, name: &str) -> Recorder {
     let rec = Recorder::start(&env.client().await, &env.ns, &["Job", "ConfigMap"]).await;
     let mut spec = automated(false, false);
     spec["syncPolicy"]["retry"] = json!({"limit": 3, "backoff": {"duration": "0", "factor": 1}});
-    env.apply(&[application(&env.ns, name, &env.repo.url(), "app", &env.ns, spec)])
-        .await;
+    env.create_app(name, "app", spec).await;
     env.wait_object("Job", "stuck-migration", "is created (PreSync)", |j| j.is_some())
         .await;
     env.wait_app(name, "the operation waits on the hook", |a| {
@@ -746,8 +713,7 @@ async fn retry_refresh_retries_a_failed_sync_with_the_new_commit_at_once() {
     let bad = env.repo.commit("a ConfigMap the server refuses").await;
     let mut spec = automated(false, false);
     spec["syncPolicy"]["retry"] = json!({"limit": 5, "backoff": {"duration": "10m"}, "refresh": true});
-    env.apply(&[application(&env.ns, "retrying", &env.repo.url(), "app", &env.ns, spec)])
-        .await;
+    env.create_app("retrying", "app", spec).await;
     let app = env
         .wait_app("retrying", "the sync at the broken commit Failed", |a| {
             operation_phase(a) == "Failed"
@@ -914,8 +880,7 @@ async fn the_status_that_reports_a_successful_sync_already_says_synced() {
     let sha = env.repo.commit("five ConfigMaps").await;
     let rec = Recorder::start(&env.client().await, &env.ns, &["Application"]).await;
     let spec = automated(true, false);
-    env.apply(&[application(&env.ns, "quick", &env.repo.url(), "app", &env.ns, spec)])
-        .await;
+    env.create_app("quick", "app", spec).await;
     env.wait_app("quick", "the sync Succeeded", |a| operation_phase(a) == "Succeeded")
         .await;
     let seen = rec.of("Application", "quick");

@@ -3,7 +3,7 @@
 //! the PolicySet and blocks (fail closed) while it is `Deny`; a `Warn` set never blocks and says what it
 //! found in `PolicyWarning`.
 
-use capstan_e2e::capstan::{application, automated, condition, events_about, text, AppEnv, OperatorOptions};
+use capstan_e2e::capstan::{automated, condition, events_about, text, AppEnv, OperatorOptions};
 use serde_json::{json, Value};
 
 /// ConfigMaps must carry a `team` label; a `legacy` one earns a warning.
@@ -91,8 +91,7 @@ async fn commit_and_expect_denial(env: &AppEnv, app: &str, cm: &str, team: Optio
     env.repo.write(&format!("app/{cm}.yaml"), &config_map(cm, team));
     env.repo.commit(&format!("ConfigMap {cm}")).await;
     let spec = automated(true, false);
-    env.apply(&[application(&env.ns, app, &env.repo.url(), "app", &env.ns, spec)])
-        .await;
+    env.create_app(app, "app", spec).await;
     let seen = env
         .wait_app(app, "PolicyDenied says why", |a| {
             condition_message(a, "PolicyDenied").contains(denial)
@@ -193,8 +192,7 @@ async fn a_dry_run_policy_reports_on_the_policy_set_and_never_blocks() {
     env.repo.write("app/settings.yaml", &config_map("settings", None));
     env.repo.commit("a ConfigMap without a team").await;
     let spec = automated(true, false);
-    env.apply(&[application(&env.ns, "trial", &env.repo.url(), "app", &env.ns, spec)])
-        .await;
+    env.create_app("trial", "app", spec).await;
     let app = env.wait_synced_healthy("trial").await;
     assert!(condition(&app, "PolicyDenied").is_none(), "{app}");
     assert!(condition(&app, "PolicyWarning").is_none(), "{app}");
@@ -219,8 +217,7 @@ async fn no_sync_starts_until_policy_sets_can_be_listed() {
     env.repo.write("app/settings.yaml", &config_map("settings", None));
     env.repo.commit("a ConfigMap").await;
     let spec = automated(true, false);
-    env.apply(&[application(&env.ns, "waiting", &env.repo.url(), "app", &env.ns, spec)])
-        .await;
+    env.create_app("waiting", "app", spec).await;
     let app = env
         .wait_app("waiting", "waits for the PolicySets", |a| {
             condition_message(a, "Ready").contains("waiting for the PolicySets to be listed")
