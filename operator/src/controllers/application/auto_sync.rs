@@ -14,7 +14,7 @@ use crate::controllers::parse_duration;
 use crate::engine::plan::automated_sync_refusal;
 use crate::text::short_sha;
 
-/// Retry limit of an automated sync whose policy has no `retry` block (Argo CD's default).
+/// Retry limit of an automated sync whose sync policy has no `retry` block (Argo CD's default).
 pub const AUTOMATED_DEFAULT_RETRY_LIMIT: i64 = 5;
 /// Default first retry delay.
 pub const RETRY_DURATION: Duration = Duration::from_secs(5);
@@ -29,9 +29,9 @@ pub const SELF_HEAL_FACTOR: u32 = 3;
 /// SelfHeal backoff cap.
 pub const SELF_HEAL_MAX: Duration = Duration::from_secs(300);
 
-/// The automated policy when it is switched on (`automated` present and `enabled` not false).
-pub fn automated(policy: Option<&SyncPolicy>) -> Option<&SyncPolicyAutomated> {
-    policy
+/// The automated sync policy when it is switched on (`automated` present and `enabled` not false).
+pub fn automated(sync_policy: Option<&SyncPolicy>) -> Option<&SyncPolicyAutomated> {
+    sync_policy
         .and_then(|p| p.automated.as_ref())
         .filter(|a| a.enabled != Some(false))
 }
@@ -55,7 +55,7 @@ pub enum AutoDecision {
 #[derive(Clone, Debug)]
 pub struct AutoInput<'a> {
     /// `spec.syncPolicy`.
-    pub policy: Option<&'a SyncPolicy>,
+    pub sync_policy: Option<&'a SyncPolicy>,
     /// The comparison's sync status (never `Unknown` here: comparison errors never sync).
     pub sync: SyncStatusCode,
     /// The resolved revision compared against.
@@ -72,13 +72,16 @@ pub struct AutoInput<'a> {
 
 /// Argo CD's `autoSync` decision table.
 pub fn decide(input: &AutoInput<'_>) -> AutoDecision {
-    let Some(auto) = automated(input.policy) else {
+    let Some(auto) = automated(input.sync_policy) else {
         return AutoDecision::Idle;
     };
     if input.sync != SyncStatusCode::OutOfSync {
         return AutoDecision::Idle;
     }
-    if let Some(reason) = input.policy.and_then(|p| automated_sync_refusal(p, input.resources)) {
+    if let Some(reason) = input
+        .sync_policy
+        .and_then(|p| automated_sync_refusal(p, input.resources))
+    {
         return AutoDecision::Refused(reason);
     }
     let needs_apply = input
@@ -117,7 +120,7 @@ pub fn decide(input: &AutoInput<'_>) -> AutoDecision {
             input.revision,
             auto.prune,
             Vec::new(),
-            input.policy,
+            input.sync_policy,
         ))),
     }
 }
@@ -136,36 +139,36 @@ fn self_heal_operation(input: &AutoInput<'_>, prune: bool) -> Operation {
             namespace: r.namespace.clone().filter(|n| !n.is_empty()),
         })
         .collect();
-    automated_operation(input.revision, prune, resources, input.policy)
+    automated_operation(input.revision, prune, resources, input.sync_policy)
 }
 
 fn automated_operation(
     revision: &str,
     prune: bool,
     resources: Vec<SyncOperationResource>,
-    policy: Option<&SyncPolicy>,
+    sync_policy: Option<&SyncPolicy>,
 ) -> Operation {
     Operation {
         sync: Some(SyncOperation {
             revision: Some(revision.to_string()),
             prune,
             resources,
-            sync_options: policy.map(|p| p.sync_options.clone()).unwrap_or_default(),
+            sync_options: sync_policy.map(|p| p.sync_options.clone()).unwrap_or_default(),
             ..SyncOperation::default()
         }),
         initiated_by: Some(OperationInitiator {
             username: None,
             automated: true,
         }),
-        retry: Some(retry_strategy(policy, true)),
+        retry: Some(retry_strategy(sync_policy, true)),
         ..Operation::default()
     }
 }
 
-/// The retry strategy of an operation: its own, else the policy's, else limit 5 for automated syncs
+/// The retry strategy of an operation: its own, else the sync policy's, else limit 5 for automated syncs
 /// (Argo CD's `RetryStrategy{Limit: 5}`), else none (limit 0).
-pub fn retry_strategy(policy: Option<&SyncPolicy>, automated: bool) -> RetryStrategy {
-    match policy.and_then(|p| p.retry.clone()) {
+pub fn retry_strategy(sync_policy: Option<&SyncPolicy>, automated: bool) -> RetryStrategy {
+    match sync_policy.and_then(|p| p.retry.clone()) {
         Some(r) => r,
         None if automated => RetryStrategy {
             limit: Some(AUTOMATED_DEFAULT_RETRY_LIMIT),
@@ -227,9 +230,9 @@ pub fn rollback_to_sync(
     op: &Operation,
     id: i64,
     history: &[RevisionHistory],
-    policy: Option<&SyncPolicy>,
+    sync_policy: Option<&SyncPolicy>,
 ) -> Result<Operation, String> {
-    if automated(policy).is_some() {
+    if automated(sync_policy).is_some() {
         return Err("rollback cannot be initiated when auto-sync is enabled".into());
     }
     let entry = history

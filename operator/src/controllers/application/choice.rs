@@ -231,7 +231,7 @@ fn automated(input: &ChoiceInput<'_>, now: Timestamp, choice: &mut Choice) {
         .and_then(|o| o.finished_at.as_ref())
         .map(|t| Duration::from_millis((now.as_millisecond() - t.0.as_millisecond()).max(0) as u64));
     let decision = auto_sync::decide(&AutoInput {
-        policy: input.sync_policy,
+        sync_policy: input.sync_policy,
         sync: compared.sync,
         revision: commit,
         resources: &compared.resources,

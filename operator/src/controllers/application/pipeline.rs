@@ -433,7 +433,7 @@ impl<'a> Pipeline<'a> {
             view: &observed.view,
             namespace_live: namespace_live.as_ref(),
             operation: &op,
-            policy: self.app.spec.sync_policy.as_ref(),
+            sync_policy: self.app.spec.sync_policy.as_ref(),
             state: state.as_ref(),
             wave_delay: self.ctx.settings.wave_delay,
             rendered: synced.rendered,

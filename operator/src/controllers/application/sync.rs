@@ -55,7 +55,7 @@ pub struct StepArgs<'a> {
     /// The operation.
     pub operation: &'a Operation,
     /// `spec.syncPolicy`.
-    pub policy: Option<&'a SyncPolicy>,
+    pub sync_policy: Option<&'a SyncPolicy>,
     /// The persisted state (`None` starts the operation).
     pub state: Option<&'a OperationState>,
     /// Delay between waves.
@@ -90,7 +90,7 @@ pub fn decide(args: &StepArgs<'_>, now: Timestamp) -> StepOutput {
         live: args.live,
         namespace_live: args.namespace_live,
         operation: args.operation,
-        policy: args.policy,
+        sync_policy: args.sync_policy,
         state: args.state,
         plan_state: plan_state.as_ref(),
         now,

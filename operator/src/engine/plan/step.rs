@@ -46,7 +46,7 @@ pub struct StepInput<'a> {
     /// The requested operation (used when no operation state exists yet).
     pub operation: &'a Operation,
     /// `spec.syncPolicy`.
-    pub policy: Option<&'a SyncPolicy>,
+    pub sync_policy: Option<&'a SyncPolicy>,
     /// The persisted `status.operationState` of this operation; `None` starts it.
     pub state: Option<&'a OperationState>,
     /// The persisted [`PlanState`]; `None` with a new operation.
@@ -408,7 +408,10 @@ impl<'i, 'a> Planner<'i, 'a> {
             skip_hooks,
             selected: &sync.resources,
             started_unix,
-            managed_namespace_metadata: self.input.policy.and_then(|p| p.managed_namespace_metadata.as_ref()),
+            managed_namespace_metadata: self
+                .input
+                .sync_policy
+                .and_then(|p| p.managed_namespace_metadata.as_ref()),
             namespace_live: self.input.namespace_live,
         };
         let set = match tasks::build_tasks(&task_input) {
@@ -440,7 +443,7 @@ impl<'i, 'a> Planner<'i, 'a> {
     }
 
     fn policy_options(&self) -> &'i [String] {
-        self.input.policy.map(|p| p.sync_options.as_slice()).unwrap_or(&[])
+        self.input.sync_policy.map(|p| p.sync_options.as_slice()).unwrap_or(&[])
     }
 
     /// Conditions under which the sync must not start or go on: shared resources with `FailOnSharedResource`
@@ -459,7 +462,7 @@ impl<'i, 'a> Planner<'i, 'a> {
         }
         let allow_empty = self
             .input
-            .policy
+            .sync_policy
             .and_then(|p| p.automated.as_ref())
             .is_some_and(|a| a.allow_empty);
         let would_prune = set
@@ -1358,8 +1361,8 @@ fn revert_intent(rows: &mut Vec<ResourceResult>, record: &ResourceResult) {
 
 /// Argo CD's `autoSync` guard: with automated prune and without `allowEmpty`, a sync that would prune every
 /// resource is refused (condition `SyncError`). `resources` is the comparison's `status.resources`.
-pub fn automated_sync_refusal(policy: &SyncPolicy, resources: &[ResourceStatus]) -> Option<String> {
-    let auto = policy.automated.as_ref().filter(|a| a.enabled != Some(false))?;
+pub fn automated_sync_refusal(sync_policy: &SyncPolicy, resources: &[ResourceStatus]) -> Option<String> {
+    let auto = sync_policy.automated.as_ref().filter(|a| a.enabled != Some(false))?;
     if auto.prune && !auto.allow_empty && resources.iter().all(|r| r.requires_pruning) {
         return Some("auto-sync will wipe out all resources".into());
     }

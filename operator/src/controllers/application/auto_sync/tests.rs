@@ -43,7 +43,7 @@ fn decide_with(
     last: Option<&OperationState>,
 ) -> AutoDecision {
     decide(&AutoInput {
-        policy: Some(p),
+        sync_policy: Some(p),
         sync,
         revision: REV,
         resources,
@@ -158,7 +158,7 @@ fn self_heal_backs_off() {
     let succeeded = last(OperationPhase::Succeeded, REV);
     let at = |attempts: u32, since: u64| {
         decide(&AutoInput {
-            policy: Some(&p),
+            sync_policy: Some(&p),
             sync: SyncStatusCode::OutOfSync,
             revision: REV,
             resources: &drifted,

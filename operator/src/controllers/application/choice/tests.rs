@@ -25,7 +25,7 @@ struct Case {
     current: Option<OperationState>,
     requested: Option<Operation>,
     history: Vec<RevisionHistory>,
-    policy: Option<SyncPolicy>,
+    sync_policy: Option<SyncPolicy>,
     sync_timeout: Option<Duration>,
     gate: PolicyGate,
     target: Option<(String, Compared)>,
@@ -51,7 +51,7 @@ fn case() -> Case {
         current: None,
         requested: None,
         history: Vec::new(),
-        policy: None,
+        sync_policy: None,
         sync_timeout: None,
         gate: PolicyGate::Open,
         target: Some((REV.into(), compared)),
@@ -101,8 +101,8 @@ fn state(operation: Operation, phase: OperationPhase, finished_ago: i64) -> Oper
 }
 
 impl Case {
-    fn policy(mut self, policy: SyncPolicy) -> Self {
-        self.policy = Some(policy);
+    fn sync_policy(mut self, sync_policy: SyncPolicy) -> Self {
+        self.sync_policy = Some(sync_policy);
         self
     }
     fn current(mut self, op: OperationState) -> Self {
@@ -131,7 +131,7 @@ impl Case {
             current: self.current.as_ref(),
             requested: self.requested.as_ref(),
             history: &self.history,
-            sync_policy: self.policy.as_ref(),
+            sync_policy: self.sync_policy.as_ref(),
             sync_timeout: self.sync_timeout,
             gate: &self.gate,
             target: self.target.as_ref().map(|(c, cmp)| (c.as_str(), cmp)),
@@ -240,7 +240,7 @@ fn choice_table() {
         ),
         (
             "PolicySets not listed yet: nothing starts, shown as a wait",
-            case().policy(auto()).gate(PolicyGate::Pending(pending.clone())),
+            case().sync_policy(auto()).gate(PolicyGate::Pending(pending.clone())),
             with(expect("nothing"), |g| {
                 g.requeue = Some(5);
                 g.dependency = Some("PolicyPending");
@@ -258,7 +258,7 @@ fn choice_table() {
         ),
         (
             "PolicySets deny: no automated sync, no SyncError",
-            case().policy(auto()).gate(PolicyGate::Denied(denied)),
+            case().sync_policy(auto()).gate(PolicyGate::Denied(denied)),
             with(expect("nothing"), |g| g.requeue = Some(30)),
         ),
         (
@@ -278,12 +278,14 @@ fn choice_table() {
         ),
         (
             "a dependsOn cycle: no automated sync",
-            case().policy(auto()).dependencies(Verdict::Cycle("a -> b -> a".into())),
+            case()
+                .sync_policy(auto())
+                .dependencies(Verdict::Cycle("a -> b -> a".into())),
             with(expect("nothing"), |g| g.dependency = Some("DependencyCycle")),
         ),
         (
             "a rollback is refused while automated sync is on",
-            case().policy(auto()).requested(rollback.clone()),
+            case().sync_policy(auto()).requested(rollback.clone()),
             with(expect("nothing"), |g| {
                 g.sync_error = Some("RollbackRefused");
                 g.clear = true;
@@ -318,23 +320,23 @@ fn choice_table() {
         (
             "a failed automated sync is retried when its backoff is due",
             case()
-                .policy(auto())
+                .sync_policy(auto())
                 .current(state(automated_op.clone(), OperationPhase::Failed, 60).with_retry(retry(3, false))),
             expect("retry"),
         ),
         (
             "retry.refresh: a failed sync pinned to an old commit restarts at the new one",
-            case().policy(auto()).current(pinned_old),
+            case().sync_policy(auto()).current(pinned_old),
             expect("retry"),
         ),
         (
             "retries exhausted: automated sync does not try the failed commit again",
-            case().policy(auto()).current(exhausted),
+            case().sync_policy(auto()).current(exhausted),
             with(expect("nothing"), |g| g.sync_error = Some("SyncFailed")),
         ),
         (
             "the comparison failed: nothing",
-            case().policy(auto()).with(|c| {
+            case().sync_policy(auto()).with(|c| {
                 c.target = None;
                 c.blocked = true;
             }),
@@ -342,27 +344,27 @@ fn choice_table() {
         ),
         (
             "an invalid spec: no automated sync",
-            case().policy(auto()).with(|c| c.blocked = true),
+            case().sync_policy(auto()).with(|c| c.blocked = true),
             expect("nothing"),
         ),
         (
             "automated, OutOfSync at a new commit: a full sync",
             case()
-                .policy(auto())
+                .sync_policy(auto())
                 .current(state(sync_to(OLD), OperationPhase::Succeeded, 3600)),
             expect("start-auto"),
         ),
         (
             "automated with selfHeal, drifted after a sync of this commit: the drifted resources",
             case()
-                .policy(auto().self_heal())
+                .sync_policy(auto().self_heal())
                 .current(state(sync_to(REV), OperationPhase::Succeeded, 3600)),
             expect("start-self-heal"),
         ),
         (
             "selfHeal backs off (2 s after the last sync)",
             case()
-                .policy(auto().self_heal())
+                .sync_policy(auto().self_heal())
                 .current(state(sync_to(REV), OperationPhase::Succeeded, 1)),
             with(expect("nothing"), |g| g.requeue = Some(1)),
         ),
@@ -376,12 +378,12 @@ fn choice_table() {
 #[test]
 fn a_dependency_cycle_stalls_and_a_wait_does_not() {
     let cycle = case()
-        .policy(auto())
+        .sync_policy(auto())
         .dependencies(Verdict::Cycle("a -> a".into()))
         .choose();
     assert_eq!(cycle.dependency.map(|p| p.kind), Some(ProblemKind::InvalidSpec));
     let wait = case()
-        .policy(auto())
+        .sync_policy(auto())
         .dependencies(Verdict::Waiting("db".into()))
         .choose();
     assert_eq!(wait.dependency.map(|p| p.kind), Some(ProblemKind::Permanent));
@@ -401,13 +403,13 @@ fn what_is_advanced() {
     // retry.refresh restarts the failed operation at the new target commit, counting the retry.
     let mut pinned = state(sync_to(OLD), OperationPhase::Failed, 1);
     pinned.operation.retry = retry(3, true);
-    let Next::Retry(next) = case().policy(auto()).current(pinned).choose().next else {
+    let Next::Retry(next) = case().sync_policy(auto()).current(pinned).choose().next else {
         panic!("a retry")
     };
     assert_eq!(next.operation.sync.and_then(|s| s.revision).as_deref(), Some(REV));
     assert_eq!(next.retry_count, Some(1));
     // An automated sync targets the compared commit.
-    let Next::Start { operation, .. } = case().policy(auto()).choose().next else {
+    let Next::Start { operation, .. } = case().sync_policy(auto()).choose().next else {
         panic!("a start")
     };
     assert_eq!(operation.sync.and_then(|s| s.revision).as_deref(), Some(REV));
