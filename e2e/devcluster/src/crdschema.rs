@@ -1,11 +1,11 @@
-//! Structural-schema semantics for custom resources (spec §13.5): pruning of unknown fields (except under
+//! Structural-schema semantics for custom resources: pruning of unknown fields (except under
 //! `x-kubernetes-preserve-unknown-fields`), defaulting from `default:`, type validation, and the list/map
 //! markers SSA needs (this type implements [`FieldSchema`]).
 //!
 //! The behaviour follows the apiextensions-apiserver (`pkg/apiserver/schema/{pruning,defaulting}`) and the
 //! kube-openapi validator it uses, so that operators see the same objects and the same 422 causes as against a
 //! real cluster. Deliberate gaps:
-//! - `x-kubernetes-validations` (CEL) rules are not evaluated (spec §13.5 allows skipping them);
+//! - `x-kubernetes-validations` (CEL) rules are not evaluated (kube-apiserver does; no test here depends on them);
 //! - string `format`s (`date-time`, `uuid`, ...) are not checked, except `int-or-string`;
 //! - `uniqueItems` and `additionalProperties: false` produce no causes (structural schemas forbid both, and
 //!   pruning already removed undeclared fields).

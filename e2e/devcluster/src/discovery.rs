@@ -1,5 +1,5 @@
-//! Discovery documents (spec §3): the legacy per-path documents and the aggregated v2/v2beta1 lists, all
-//! derived from the registry on each request so CRD changes show up at once (§3.3.1).
+//! Discovery documents: the legacy per-path documents and the aggregated v2/v2beta1 lists, all
+//! derived from the registry on each request so CRD changes show up at once.
 
 use std::net::SocketAddr;
 
@@ -134,7 +134,7 @@ fn aggregated_resource(ri: &ResourceInfo) -> Value {
     r
 }
 
-/// Aggregated discovery (`APIGroupDiscoveryList`, spec §3.2); `core` selects `/api`, else `/apis`.
+/// Aggregated discovery (`APIGroupDiscoveryList`); `core` selects `/api`, else `/apis`.
 pub fn aggregated(reg: &Registry, core: bool, api_version: &str) -> Value {
     let items: Vec<Value> = reg
         .groups()

@@ -1,5 +1,5 @@
 //! The one error type of devcluster: every failure a client can see is an `ApiError`, which renders as a
-//! Kubernetes `Status` object (spec §6.3). Pure modules (patch, ssa, schema, protobuf, ...) return it so that
+//! Kubernetes `Status` object. Pure modules (patch, ssa, schema, protobuf, ...) return it so that
 //! the HTTP layer never has to translate.
 
 use serde_json::{json, Map, Value};
@@ -32,7 +32,7 @@ pub struct ApiError {
     pub name: Option<String>,
     /// `details.group` (empty for core)
     pub group: Option<String>,
-    /// `details.kind`: the resource *plural* (spec §6.3)
+    /// `details.kind`: the resource *plural*
     pub kind: Option<String>,
     pub causes: Vec<Cause>,
     pub retry_after_seconds: Option<u64>,
@@ -220,7 +220,7 @@ impl ApiError {
         ApiError::new(504, "Timeout", message)
     }
 
-    /// The `Status` object (spec §6.3).
+    /// The `Status` object.
     pub fn to_status(&self) -> Value {
         // `StatusDetails` fields are `omitempty`, but a details object that was set stays (`"details":{}`).
         let mut details = Map::new();

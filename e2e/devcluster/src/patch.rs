@@ -1,4 +1,4 @@
-//! The three non-apply patch formats (spec §10): JSON Patch with evanphx/json-patch semantics, JSON Merge
+//! The three non-apply patch formats: JSON Patch with evanphx/json-patch semantics, JSON Merge
 //! Patch (RFC 7386) and strategic merge patch for built-in kinds. Pure functions over `serde_json::Value`.
 //!
 //! Every function takes client input, so none of them may panic: all indexing is checked, and inputs nested

@@ -1,4 +1,4 @@
-//! The set of served resources (spec §20): the static built-in table plus the resources of Established CRDs.
+//! The set of served resources: the static built-in table plus the resources of Established CRDs.
 //! Everything else (discovery, OpenAPI, URL resolution, storage keys) is derived from here, so adding a kind
 //! is one table row. CRD-served resources are added by the CRD controller and removed when the CRD goes.
 
@@ -43,7 +43,7 @@ pub struct ResourceInfo {
     pub categories: Vec<String>,
     pub status: bool,
     pub scale: Option<ScaleSpec>,
-    /// Whether `metadata.generation` is maintained (spec §5.6).
+    /// Whether `metadata.generation` is maintained.
     pub generation: bool,
     /// Only `create` is served (the review resources of authorization.k8s.io and authentication.k8s.io).
     pub create_only: bool,

@@ -1,5 +1,5 @@
 //! How the fields of a kind merge: the list types and map types that strategic merge patch (SMP) and
-//! server-side apply (SSA) need (spec §10.4, §11.4). Built-in kinds use the static table below, derived from
+//! server-side apply (SSA) need. Built-in kinds use the static table below, derived from
 //! the Go struct tags of k8s.io/api; custom resources use their CRD's structural schema
 //! (`x-kubernetes-list-type`, `x-kubernetes-list-map-keys`, `x-kubernetes-map-type`), see `crdschema.rs`.
 //!
@@ -83,7 +83,7 @@ fn metadata_smp_list(path: &[&str]) -> Option<SmpList> {
     }
 }
 
-/// The table of §10.4 for the built-in kinds devcluster serves.
+/// The table for the built-in kinds devcluster serves.
 pub struct Builtin {
     kind: String,
 }

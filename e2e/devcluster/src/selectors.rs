@@ -1,4 +1,4 @@
-//! Label selectors (full grammar, spec §8.1) and field selectors (spec §8.2).
+//! Label selectors (full grammar) and field selectors.
 //!
 //! Both parsers mirror k8s.io/apimachinery (`labels.Parse`, `fields.ParseSelector`) closely enough that
 //! every selector kubectl or kube-rs sends parses the same way, and a malformed one is refused with a message
@@ -402,8 +402,8 @@ struct FieldRequirement {
     negate: bool,
 }
 
-/// A parsed field selector: `metadata.name`, `metadata.namespace` on every kind, plus the per-kind fields of
-/// spec §8.2, with `=`, `==`, `!=`, comma-joined.
+/// A parsed field selector: `metadata.name`, `metadata.namespace` on every kind, plus the per-kind fields
+/// kube-apiserver supports, with `=`, `==`, `!=`, comma-joined.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct FieldSelector {
     requirements: Vec<FieldRequirement>,

@@ -1,4 +1,4 @@
-//! Simulated built-in controllers (spec §19), as pure functions: given a workload object and the
+//! Simulated built-in controllers, as pure functions: given a workload object and the
 //! dependents it owns, what its status should be and which dependents should exist. The control loop that
 //! calls these and writes the results lives in `controllers/workloads.rs`.
 //! Behaviour can be steered per object with annotations (see the constants).
@@ -1631,7 +1631,7 @@ mod tests {
         }
     }
 
-    // Health rules as Argo CD / kubectl apply them (argo-flux-semantics.md §2.3), to check the statuses.
+    // Health rules as Argo CD / kubectl apply them, to check the statuses.
 
     fn argo_deployment(d: &Value) -> &'static str {
         if d.pointer("/spec/paused") == Some(&json!(true)) {

@@ -1,4 +1,4 @@
-//! `meta.k8s.io/v1 Table` rendering for `kubectl get` (spec §14): per-kind columns that mirror the real
+//! `meta.k8s.io/v1 Table` rendering for `kubectl get`: per-kind columns that mirror the real
 //! printers, and CRD `additionalPrinterColumns` evaluated with a JSONPath subset.
 //!
 //! Like the real server (whose TableConvertor always generates with `Wide: true`), every row carries a cell

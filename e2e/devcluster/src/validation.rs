@@ -1,5 +1,5 @@
-//! Request validation shared by all kinds: object names (DNS-1123 subdomain or label), CRD specs
-//! (spec §13.2), unknown fields of built-in kinds and duplicate JSON keys (fieldValidation, spec §18).
+//! Request validation shared by all kinds: object names (DNS-1123 subdomain or label), CRD specs,
+//! unknown fields of built-in kinds and duplicate JSON keys (fieldValidation).
 //!
 //! Messages copy the apiserver's (`k8s.io/apimachinery/pkg/util/validation`, apiextensions validation) so that
 //! kubectl output and operator error handling look the same as against a real cluster. Everything here takes

@@ -1,4 +1,4 @@
-//! CRD establishment and cleanup (spec §13.3, §13.4). On create/update the CRD's served versions are added to
+//! CRD establishment and cleanup. On create/update the CRD's served versions are added to
 //! the registry (so discovery, OpenAPI and the REST paths exist) *before* the status reports
 //! NamesAccepted/Established. A deleted CRD keeps the `customresourcecleanup` finalizer until all its custom
 //! resources are gone; when the CRD object disappears its resources leave the registry and storage.
@@ -286,7 +286,7 @@ fn stored_versions(crd: &Value) -> Value {
     Value::Array(stored)
 }
 
-/// The status of an established CRD (spec §13.3).
+/// The status of an established CRD.
 pub fn established_status(crd: &Value, now: &str) -> Value {
     json!({
         "acceptedNames": accepted_names(crd),

@@ -1,4 +1,4 @@
-//! Garbage collector (spec §12.4), following kube-controller-manager's `attemptToDeleteItem`:
+//! Garbage collector, following kube-controller-manager's `attemptToDeleteItem`:
 //! - a dependent is deleted only when it has no *solid* owner left (an owner that exists and is not in
 //!   foreground deletion); then it is deleted in the foreground if an owner waits for its dependents and it has
 //!   dependents of its own, otherwise in the background;

@@ -1,6 +1,6 @@
-//! Namespace lifecycle (spec §7.3): a deleted namespace stays Terminating while everything in it is deleted
+//! Namespace lifecycle: a deleted namespace stays Terminating while everything in it is deleted
 //! (honouring finalizers); once empty (and without metadata finalizers) it is removed. New namespaces get a
-//! `default` ServiceAccount (§7.1).
+//! `default` ServiceAccount.
 
 use std::collections::HashSet;
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! Workload simulation loop (spec §19): for every object `sim::is_simulated` accepts, call `sim::simulate`
+//! Workload simulation loop: for every object `sim::is_simulated` accepts, call `sim::simulate`
 //! with its controlled children, write the returned status through the status path (no-op aware), create,
 //! update or delete children so they match, and honour `requeue_after`.
 //!

@@ -1,4 +1,4 @@
-//! List with selectors and pagination (spec §8). Pages are snapshot-consistent: the first page of a limited
+//! List with selectors and pagination. Pages are snapshot-consistent: the first page of a limited
 //! list stores the filtered result set, and the continue token names it (with the list RV and an offset).
 //! A token whose snapshot was evicted (or issued before a restart) is served from the storage at the token's
 //! RV, which etcd keeps until it compacts it; the in-memory store has only the current state, so there such a
@@ -140,7 +140,7 @@ pub struct Page {
     pub remaining: Option<usize>,
 }
 
-/// Compute a page (spec §8.3, §8.4).
+/// Compute a page.
 pub fn page(sh: &Shared, ri: &ResourceInfo, ns: Option<&str>, p: &ListParams) -> ApiResult<Page> {
     if p.rv_match.is_some() && p.rv.is_none() {
         return Err(ApiError::invalid_msg(

@@ -1,4 +1,4 @@
-//! Accept-header negotiation (spec §1.3, §3.2.1, §14, §15): media ranges are tried in client order and the
+//! Accept-header negotiation: media ranges are tried in client order and the
 //! first one this endpoint can produce wins; protobuf is never produced, so a protobuf-first list falls through
 //! to JSON. Nothing acceptable gives 406.
 

@@ -1,4 +1,4 @@
-//! Lenient query-string parsing (spec §1.2): empty `&` segments are ignored (kube-rs sends `?&limit=500`),
+//! Lenient query-string parsing: empty `&` segments are ignored (kube-rs sends `?&limit=500`),
 //! booleans accept `true`/`false`/`1`/`0`, `+` means space, unknown parameters are ignored.
 
 use percent_encoding::percent_decode_str;

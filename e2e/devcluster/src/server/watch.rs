@@ -1,8 +1,8 @@
-//! Watch streams (spec §9): headers go out at once, then one compact JSON event per line, flushed per event.
+//! Watch streams: headers go out at once, then one compact JSON event per line, flushed per event.
 //! Each watch is a task that replays from its start point (snapshot or history), then forwards live events
-//! from the store's broadcast channel in RV order, turning selector transitions into ADDED/DELETED (§9.7).
+//! from the store's broadcast channel in RV order, turning selector transitions into ADDED/DELETED.
 //! Errors after the start (too-old RV, compaction, a lagging consumer) are in-stream ERROR events, never an
-//! HTTP 410 (§9.4). Bookmarks carry the RV up to which every event has been seen.
+//! HTTP 410. Bookmarks carry the RV up to which every event has been seen.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -173,7 +173,7 @@ impl Watcher {
         ops::matches(obj, &self.p.list.labels, &self.p.list.fields)
     }
 
-    /// The event type a client should see for `ev`, honouring selector transitions (spec §9.7).
+    /// The event type a client should see for `ev`, honouring selector transitions.
     fn classify(&self, ev: &Event) -> Option<&'static str> {
         if ev.obj.res != self.ri.key || self.ns.as_ref().is_some_and(|n| *n != ev.obj.ns) {
             return None;

@@ -1,4 +1,4 @@
-//! Field sets (spec §11.3): the sets of field paths that managedFields entries own, their `FieldsV1` JSON form,
+//! Field sets: the sets of field paths that managedFields entries own, their `FieldsV1` JSON form,
 //! the set algebra the ownership rules need, and the `.spec.containers[name="c"].image` rendering used in
 //! conflict causes.
 //!

@@ -1,4 +1,4 @@
-//! `metadata.managedFields` entries (spec §11.3, §11.9): decoding stored entries, validating client-written
+//! `metadata.managedFields` entries: decoding stored entries, validating client-written
 //! ones, and encoding them back. Entries the write did not touch are re-emitted from their stored JSON, so a
 //! no-op write yields a byte-identical object.
 
@@ -91,7 +91,7 @@ impl Entry {
         self.original.is_none()
     }
 
-    /// Whether the entry should be written out (empty entries are dropped, spec §11.6 step 5).
+    /// Whether the entry should be written out (empty entries are dropped).
     pub fn is_live(&self) -> bool {
         self.opaque || !self.set.is_empty()
     }

@@ -1,4 +1,4 @@
-//! Server-side apply and field ownership (spec §11): field sets in `FieldsV1` form, the schema-driven merge
+//! Server-side apply and field ownership: field sets in `FieldsV1` form, the schema-driven merge
 //! of an applied configuration into the live object, conflicts, removal of fields a manager stopped applying,
 //! and `metadata.managedFields` bookkeeping for Update operations.
 //! OWNER: ssa helper.
@@ -96,7 +96,7 @@ pub fn apply(req: ApplyRequest<'_>) -> ApiResult<Value> {
 /// the manager gains, under an `Update` entry for `subresource`, every field the write added or changed
 /// relative to `old`; other managers lose those fields; empty entries are dropped. Client-written
 /// `metadata.managedFields` in `new` (differing from `old`'s) are kept verbatim after validation (422 when
-/// malformed); `[{}]` clears them; `[]` means unchanged (spec §11.9). Updates never conflict.
+/// malformed); `[{}]` clears them; `[]` means unchanged. Updates never conflict.
 pub fn record_update(
     old: Option<&Value>,
     new: &mut Value,
@@ -144,7 +144,7 @@ fn check_depth(v: &Value) -> ApiResult<()> {
     Ok(())
 }
 
-/// Spec §11.6 step 2: delete what the applier owned last time, no longer applies, and nobody else owns.
+/// Apply, removal of fields: delete what the applier owned last time, no longer applies, and nobody else owns.
 fn prune_dropped(schema: &dyn FieldSchema, result: &mut Value, entries: &[Entry], mine: usize, new_set: &FieldSet) {
     let mut keep = new_set.clone();
     for (i, e) in entries.iter().enumerate() {
@@ -175,7 +175,7 @@ fn find_conflicts(entries: &[Entry], mine: Option<usize>, sub: &str, changed: &F
     out
 }
 
-/// 409 with one `FieldManagerConflict` cause per conflicting field (spec §11.5).
+/// 409 with one `FieldManagerConflict` cause per conflicting field.
 fn conflict_error(conflicts: &[(String, String)]) -> ApiError {
     let causes = conflicts
         .iter()
@@ -205,7 +205,7 @@ fn transfer(entries: &mut [Entry], mine: Option<usize>, sub: &str, changed: &Fie
     }
 }
 
-/// What a non-apply write says about managedFields (spec §11.9).
+/// What a non-apply write says about managedFields.
 enum Intent {
     /// The client wrote its own entries: store them as they are.
     Verbatim(Value),

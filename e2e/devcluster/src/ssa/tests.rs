@@ -1,4 +1,4 @@
-//! Golden tests: request sequences observed with kubectl and kube-rs (spec §11, Appendix A.3/A.5) and the
+//! Golden tests: request sequences observed with kubectl and kube-rs and the
 //! documented examples, checked down to the exact managedFields and conflict causes.
 
 use serde_json::{json, Value};
@@ -515,7 +515,7 @@ fn status_subresource_entries() {
 
 #[test]
 fn csa_to_ssa_migration_sequence() {
-    // Appendix A.3 / §11.9: client-side apply, forced server-side apply, kubectl-last-applied apply,
+    // client-side apply, forced server-side apply, kubectl-last-applied apply,
     // JSON patch replacing managedFields (with a resourceVersion precondition the HTTP layer checks), forced apply.
     let s = cm_schema();
     let last_applied =
@@ -563,7 +563,7 @@ fn no_op_apply_returns_live_unchanged() {
     let live = ssa(None, &applied, "kubectl", false, &s, T0).unwrap();
     let again = ssa(Some(&live), &applied, "kubectl", false, &s, T1).unwrap();
     assert_eq!(serde_json::to_vec(&again).unwrap(), serde_json::to_vec(&live).unwrap());
-    // A different value with the same field set keeps the entry's time (spec §11.3).
+    // A different value with the same field set keeps the entry's time.
     let changed = deployment(json!([{"name": "c", "image": "nginx:2", "ports": [{"containerPort": 80}]}]));
     let out = ssa(Some(&live), &changed, "kubectl", false, &s, T1).unwrap();
     assert_eq!(entry(&out, "kubectl")["time"], T0);

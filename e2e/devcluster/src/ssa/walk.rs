@@ -1,4 +1,4 @@
-//! Schema-driven walks over object values (spec §11.4): which fields a configuration sets, how two versions of
+//! Schema-driven walks over object values: which fields a configuration sets, how two versions of
 //! an object differ, how an applied configuration merges into the live object, and which previously applied
 //! fields an apply removes. Every walk classifies a value with [`shape`], so all of them agree on what is a
 //! leaf (scalars, atomic lists and maps), a granular map, a set, or a list-map.
@@ -75,7 +75,7 @@ pub fn untracked_part(obj: &Value) -> Value {
     Value::Object(out)
 }
 
-/// Drop `null` map values: in an applied configuration `null` means "not specified" (spec §11.4).
+/// Drop `null` map values: in an applied configuration `null` means "not specified".
 pub fn strip_nulls(v: &mut Value) {
     match v {
         Value::Object(m) => {
@@ -492,7 +492,7 @@ fn decide(last: &FieldSet, keep: Option<&FieldSet>) -> Prune {
 }
 
 /// Remove from `v` the fields, map keys and list items of `last` (the applier's previous set) that nobody in
-/// `keep` (the applier's new set and every other entry) owns at or below (spec §11.6 step 2). Maps and lists
+/// `keep` (the applier's new set and every other entry) owns at or below. Maps and lists
 /// emptied by the removal go too, unless someone owns them. Key fields of surviving list-map items stay.
 pub fn prune(schema: &dyn FieldSchema, path: &[&str], v: &mut Value, last: &FieldSet, keep: Option<&FieldSet>) {
     let kind = match shape(schema, path, v) {
