@@ -32,7 +32,8 @@ pub fn matching<'a>(records: &'a [RequestRecord], method: &str, path: &str) -> V
         .collect()
 }
 
-/// The log in the trace format of the spec's Appendix A, for assertion messages.
+/// The log as one line per request (status, method, path and query, Accept, Content-Type, User-Agent), for
+/// assertion messages.
 pub fn format_log(records: &[RequestRecord]) -> String {
     records
         .iter()

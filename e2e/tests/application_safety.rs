@@ -1,5 +1,5 @@
-//! Prune, self-heal and the safety rules end to end (DESIGN §5; reference/security-cases.md §2.1–§2.2,
-//! §4 E.44): objects that left Git are deleted only with prune on; drift is reverted only with
+//! Prune, self-heal and the safety rules end to end (docs/architecture.md, "Safety rules"): objects that
+//! left Git are deleted only with prune on; drift is reverted only with
 //! selfHeal; an unreachable repository, a render failure or an empty render never deletes anything.
 
 use capstan_e2e::capstan::{
@@ -465,7 +465,7 @@ async fn empty_render_does_not_prune_without_allow_empty() {
 
 /// Objects that copy the app-instance label (as other operators do) are not the Application's: they
 /// are neither adopted nor pruned, even when they also copy a tracking annotation naming another
-/// object (reference/security-cases.md §2.2, §4 A.17).
+/// object (a copied label or annotation must not let one Application delete another's object).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn copied_tracking_marks_are_neither_adopted_nor_pruned() {
     let env = AppEnv::start("copiedlabel").await;

@@ -1,6 +1,6 @@
-//! Sync ordering end to end (reference/argo-flux-semantics.md §2.1–§2.2): phases, waves and hooks with
-//! Argo CD's annotations, a wave that fails, app-of-apps waves, `dependsOn`, rollback, and an operator
-//! killed in the middle of a multi-wave sync.
+//! Sync ordering end to end, as Argo CD orders a sync (docs/architecture.md, the sync planner): phases,
+//! waves and hooks with Argo CD's annotations, a wave that fails, app-of-apps waves, `dependsOn`, rollback,
+//! and an operator killed in the middle of a multi-wave sync.
 //!
 //! Order is read from resourceVersions: devcluster's are global and increasing, and a [`Recorder`]
 //! watching the namespace from before the Application exists sees every creation and every status
@@ -786,7 +786,7 @@ async fn start_delete_hooks_app(env: &AppEnv, name: &str, fixture_change: Option
 }
 
 /// Deleting an Application runs its PreDelete hooks to completion, then deletes its resources, then
-/// runs its PostDelete hooks, deletes them, and lets the Application go (argo-flux-semantics §2.8).
+/// runs its PostDelete hooks, deletes them, and lets the Application go (Argo CD's deletion hooks).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deletion_runs_predelete_hooks_then_deletes_resources_then_runs_postdelete_hooks() {
     let env = AppEnv::start("deletehooks").await;

@@ -1,4 +1,4 @@
-//! PolicySets end to end (DESIGN §2 PolicySet): Rego that gates syncs. A `Deny` set blocks automated
+//! PolicySets end to end (docs/user-guide.md, PolicySets): Rego that gates syncs. A `Deny` set blocks automated
 //! and manual syncs with `PolicyDenied` until Git complies; a set that does not compile is reported on
 //! the PolicySet and blocks (fail closed) while it is `Deny`; a `Warn` set never blocks and says what it
 //! found in `PolicyWarning`.

@@ -2,7 +2,7 @@
 //!
 //! Names follow Argo CD's where Argo CD has the family (`*_git_request_total{repo,request_type}`,
 //! `*_git_request_duration_seconds`) and controller-runtime's for reconcile counters, with the
-//! `capstan_` prefix (reference/argo-flux-semantics.md §3).
+//! `capstan_` prefix, so dashboards and alerts written for Argo CD carry over.
 //!
 //! Labels never carry credentials: the `repo` label is [`repo_label`], the sanitized URL without
 //! userinfo or query; error labels are `Error::category()` values, never messages.

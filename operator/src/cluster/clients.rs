@@ -2,8 +2,8 @@
 //!
 //! The operator's own cluster (`https://kubernetes.default.svc` or name `in-cluster`) uses the operator's
 //! configuration and needs no Cluster object. Any other destination names a Cluster object, found in the
-//! Application's namespace first and then in the operator namespace (DESIGN §2: a Cluster in the operator
-//! namespace is shared with everyone, one elsewhere only with Applications of its own namespace). Its Secret
+//! Application's namespace first and then in the operator namespace (a Cluster in the operator namespace is
+//! shared with everyone, one elsewhere only with Applications of its own namespace; docs/user-guide.md). Its Secret
 //! (in the Cluster's namespace) holds either `kubeconfig`, or `bearerToken` + `caCert` (+
 //! `insecureSkipTLSVerify`). The address is always the Cluster's `spec.server`.
 //!

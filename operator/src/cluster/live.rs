@@ -6,12 +6,13 @@
 //! `Arc<Value>` with `managedFields` cut down to Capstan's own entry (the diff needs only the fields Capstan
 //! owns; the rest dominates memory) and the `last-applied-configuration` annotation dropped (memory, and it
 //! can carry a Secret's body). An index app-instance → objects answers [`LiveCache::objects_for`] without
-//! scanning the cache (performance-anchors §1.4).
+//! scanning the cache (a scan per Application is what makes large installations slow).
 //!
 //! Completeness: a watch is *synced* only after it emitted `InitDone` since its last (re)start. A relist (a
 //! `410 Gone`, compaction) marks it not synced from the error until the new `InitDone`, and the relisted set
 //! replaces the old one atomically at `InitDone`. Callers must not decide that something is missing unless
-//! [`LiveCache::is_synced`] holds for every kind they look at (security-cases §2.7, D.37).
+//! [`LiveCache::is_synced`] holds for every kind they look at: an object not listed yet is not gone, and
+//! pruning on an incomplete cache deletes what Git still declares (docs/architecture.md, "Safety rules").
 //!
 //! Changes: every ADDED/MODIFIED/DELETED of a managed object, and every object that changed across a
 //! relist, sends its app-instance id on a broadcast channel ([`LiveCache::subscribe`]); a receiver that

@@ -24,7 +24,7 @@ use crate::engine::object;
 pub struct ApplyOptions {
     /// Server-side dry run: validated and defaulted by the server, never persisted.
     pub dry_run: bool,
-    /// Take ownership of fields other managers own (DESIGN §4: force by default).
+    /// Take ownership of fields other managers own (forced by default: Git is the source of truth).
     pub force: bool,
     /// `fieldValidation`: `Some(true)` is `Strict` (kubectl's default since 1.27, what Argo CD's
     /// `Validate=true` means: unknown or duplicate fields fail the write), `Some(false)` is `Ignore`

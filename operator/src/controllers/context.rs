@@ -24,7 +24,7 @@ use crate::text::truncate;
 
 /// The `reportingController` of Capstan's events.
 pub const REPORTER: &str = "capstan";
-/// Byte budget of the rendered-manifest cache (memory only, DESIGN §6).
+/// Byte budget of the rendered-manifest cache (memory only; docs/architecture.md, "Where state lives").
 const RENDER_CACHE_BYTES: usize = 256 << 20;
 /// Longest event note kept (the API limit is 1 KiB).
 const MAX_EVENT_NOTE: usize = 1000;

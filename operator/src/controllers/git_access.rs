@@ -1,7 +1,7 @@
 //! How a controller that reads Git on behalf of an Application or ApplicationSet reaches a repository:
 //! which Repository object serves a `repoURL`, which credentials apply, and a metered, time-bounded fetch.
 //! One place, so the Application and ApplicationSet controllers apply the same sharing and credential rules
-//! (DESIGN §2: a Repository in the operator namespace serves everyone, one elsewhere only its namespace).
+//! (a Repository in the operator namespace serves everyone, one elsewhere only its namespace).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

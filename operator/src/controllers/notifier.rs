@@ -14,7 +14,7 @@
 //!   Requests are coalesced per Repository: at most one per `coalesce` window, the last one
 //!   delayed rather than dropped, so a burst of pushes causes one or two `ls-remote`s, never a storm.
 //!
-//! Namespace rule (DESIGN §2): a Repository in the operator namespace serves every namespace; one in
+//! Namespace rule (docs/user-guide.md, Repositories): a Repository in the operator namespace serves every namespace; one in
 //! another namespace only its own. Tracked refs and change owners follow that rule.
 //!
 //! A subscriber that lags behind the bounded broadcast channel gets `RecvError::Lagged`; it must

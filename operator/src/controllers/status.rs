@@ -1,7 +1,8 @@
 //! Status helpers shared by every controller: metav1 conditions that keep `lastTransitionTime`
 //! while their status holds, time-insensitive status comparison, and the status writer that makes
 //! at most ONE request per reconcile and none when nothing but timestamps would change
-//! (linkerd's `eq_time_insensitive`, Flux's deferred patch; style-anchors "Examples" 9 and 10).
+//! (as linkerd's `eq_time_insensitive` and Flux's deferred patch do; docs/architecture.md, "The status
+//! writer").
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;

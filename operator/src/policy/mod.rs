@@ -1,4 +1,4 @@
-//! Rego evaluation for PolicySets (DESIGN §2 PolicySet), on regorus: compiling a set's modules,
+//! Rego evaluation for PolicySets (docs/user-guide.md, PolicySets), on regorus: compiling a set's modules,
 //! evaluating them against an input with a time bound, and a cache of compiled sets.
 //!
 //! A policy is a Rego v1 module with `deny contains msg if ...` and/or `warn contains msg if ...`

@@ -122,7 +122,7 @@ pub struct CredentialTemplate {
 /// segments of the repository path. So `https://git.example.com` covers
 /// `https://git.example.com/org/repo` but not `https://git.example.com.evil.io/…`, and
 /// `https://git.example.com/org` does not cover `https://git.example.com/org-evil/r`.
-/// (Argo CD uses a plain string prefix here; security-cases C.33.)
+/// (Argo CD uses a plain string prefix here, so a look-alike host received the credentials.)
 pub fn template_matches(template: &RepoUrl, repo: &RepoUrl) -> bool {
     if template.transport() != repo.transport() || template.host() != repo.host() || template.port() != repo.port() {
         return false;

@@ -1,5 +1,5 @@
 //! `spec.ignoreDifferences`: which rules apply to an object, and removal of the ignored fields from both
-//! sides before comparison (Argo CD `argo-flux-semantics.md` §1.7/§2.4: `jsonPointers`,
+//! sides before comparison, as Argo CD's `ignoreDifferences` does (`jsonPointers`,
 //! `jqPathExpressions`, `managedFieldsManagers`; group/kind wildcards `*`, exact name/namespace).
 //!
 //! jq: only a small path subset is evaluated (`.a.b`, `."a.b"`, `.["a"]`, `.a[]`, `.a[0]`,

@@ -1,10 +1,10 @@
 //! The diff engine: is a live object in sync with its desired (rendered) object?
 //!
 //! Capstan applies with server-side apply (field manager `capstan`), so the comparison is the one SSA
-//! implies (DESIGN.md §4): **desired-subset** — every field of the normalized desired object must be equal
+//! implies: **desired-subset** — every field of the normalized desired object must be equal
 //! in live, fields only in live (server defaults, other managers' fields) are ignored — **plus** the fields
 //! the live `managedFields` entry of `capstan` (operation `Apply`) owns but Git no longer has, which the
-//! next apply removes. Normalization and ignore rules follow Argo CD (`argo-flux-semantics.md` §1.7, §2.4).
+//! next apply removes. Normalization and ignore rules follow Argo CD's diff normalizers and `ignoreDifferences`.
 //!
 //! The result carries a *predicted live* object (live with desired applied and removed fields dropped,
 //! Argo CD's `PredictedLive`) next to the normalized live object, so `unified_diff` of the two shows exactly

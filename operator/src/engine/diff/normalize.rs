@@ -1,5 +1,4 @@
-//! Normalization of desired and live objects before comparison (Argo CD's diff normalizers,
-//! `argo-flux-semantics.md` §2.4): server-owned metadata and `status` dropped, Secret `stringData` folded
+//! Normalization of desired and live objects before comparison (Argo CD's diff normalizers): server-owned metadata and `status` dropped, Secret `stringData` folded
 //! into `data`, and the scalar equivalences the API server introduces (quantities, numbers vs numeric
 //! strings, zero values that `omitempty` drops).
 

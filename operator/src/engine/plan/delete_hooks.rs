@@ -1,4 +1,4 @@
-//! PreDelete and PostDelete hooks (argo-flux-semantics §2.8), the pure part: which hooks a stage has,
+//! PreDelete and PostDelete hooks (Argo CD's deletion hooks), the pure part: which hooks a stage has,
 //! which finalizers hold the Application for them, and where a stage stands given the live objects.
 //!
 //! Deleting an Application whose manifests hold such hooks goes:
