@@ -17,8 +17,8 @@ use serde_json::Value;
 
 use super::glob::Glob;
 use super::paths::{self, AbsolutePaths};
-use super::process::{self, PrivateDir, ProcessSpec};
-use super::{objects_from_documents, yaml, AppLocation, HelmOptions, RenderError, RenderRequest};
+use super::process::{self, PrivateDir};
+use super::{AppLocation, HelmOptions, RenderError, RenderRequest};
 
 /// The inputs of one `helm template` run, with every path already resolved. Pure data.
 #[derive(Clone, Debug, PartialEq)]
@@ -263,23 +263,8 @@ pub async fn render(req: &RenderRequest, location: &AppLocation) -> Result<Vec<V
         inline_values_file,
         file_parameters,
     };
-    let spec = ProcessSpec {
-        program: req.binaries.helm.clone(),
-        args: template_argv(&options, &args),
-        cwd: private.work(),
-        env: private.env(&req.binaries),
-        timeout: req.limits.timeout,
-        max_stdout_bytes: req.limits.max_total_bytes,
-    };
-    let scrub = [(location.root.as_path(), "<repo>"), (private.path(), "<tmp>")];
-    let output = process::run(&spec)
-        .await
-        .map_err(|e| process::to_render_error("helm template", e, &scrub))?;
-    let text =
-        String::from_utf8(output.stdout).map_err(|_| RenderError::InvalidYaml("helm output is not UTF-8".into()))?;
-    let docs =
-        yaml::parse_stream(&text, &req.limits.yaml()).map_err(|e| RenderError::from(e).context("helm output"))?;
-    objects_from_documents(docs, "helm output", &req.limits)
+    let command = (req.binaries.helm.clone(), template_argv(&options, &args));
+    process::render_objects("helm template", command, &private, &location.root, req).await
 }
 
 #[cfg(test)]

@@ -24,10 +24,8 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value};
 
 use super::paths::{self, AbsolutePaths};
-use super::process::{self, PrivateDir, ProcessSpec};
-use super::{
-    objects_from_documents, yaml, AppLocation, KustomizeOptions, KustomizeReplica, Limits, RenderError, RenderRequest,
-};
+use super::process::{self, PrivateDir};
+use super::{yaml, AppLocation, KustomizeOptions, KustomizeReplica, Limits, RenderError, RenderRequest};
 
 /// File names kustomize recognizes, in its lookup order.
 pub const KUSTOMIZATION_FILES: [&str; 3] = ["kustomization.yaml", "kustomization.yml", "Kustomization"];
@@ -774,23 +772,8 @@ pub async fn render(req: &RenderRequest, location: &AppLocation) -> Result<Vec<V
         super::blocking(move || prepare(&req, &location, &work)).await?
     };
     let binary = &req.binaries.kustomize;
-    let spec = ProcessSpec {
-        program: binary.program.clone(),
-        args: build_argv(&binary.args, &prepared.build_dir),
-        cwd: private.work(),
-        env: private.env(&req.binaries),
-        timeout: req.limits.timeout,
-        max_stdout_bytes: req.limits.max_total_bytes,
-    };
-    let scrub = [(location.root.as_path(), "<repo>"), (private.path(), "<tmp>")];
-    let output = process::run(&spec)
-        .await
-        .map_err(|e| process::to_render_error("kustomize build", e, &scrub))?;
-    let text = String::from_utf8(output.stdout)
-        .map_err(|_| RenderError::InvalidYaml("kustomize output is not UTF-8".into()))?;
-    let docs =
-        yaml::parse_stream(&text, &req.limits.yaml()).map_err(|e| RenderError::from(e).context("kustomize output"))?;
-    objects_from_documents(docs, "kustomize output", &req.limits)
+    let command = (binary.program.clone(), build_argv(&binary.args, &prepared.build_dir));
+    process::render_objects("kustomize build", command, &private, &location.root, req).await
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use super::{Binaries, Limits, RenderError};
+use super::{Binaries, Limits, RenderError, RenderRequest};
 
 /// How much stderr is kept for error messages.
 const MAX_STDERR_BYTES: usize = 64 * 1024;
@@ -30,6 +30,33 @@ pub struct ProcessSpec {
     pub env: Vec<(OsString, OsString)>,
     pub timeout: Duration,
     pub max_stdout_bytes: u64,
+}
+
+/// Runs a rendering tool in `private` under the request's bounds and parses what it printed as the
+/// rendered objects. `tool` names it in errors (`"helm template"`); its output is `"<first word> output"`
+/// in YAML errors. Errors never show the checkout's or the private directory's real paths.
+pub async fn render_objects(
+    tool: &str,
+    (program, args): (PathBuf, Vec<OsString>),
+    private: &PrivateDir,
+    repo_root: &Path,
+    req: &RenderRequest,
+) -> Result<Vec<serde_json::Value>, RenderError> {
+    let spec = ProcessSpec {
+        program,
+        args,
+        cwd: private.work(),
+        env: private.env(&req.binaries),
+        timeout: req.limits.timeout,
+        max_stdout_bytes: req.limits.max_total_bytes,
+    };
+    let scrub = [(repo_root, "<repo>"), (private.path(), "<tmp>")];
+    let output = run(&spec).await.map_err(|e| to_render_error(tool, e, &scrub))?;
+    let what = format!("{} output", tool.split(' ').next().unwrap_or(tool));
+    let text =
+        String::from_utf8(output.stdout).map_err(|_| RenderError::InvalidYaml(format!("{what} is not UTF-8")))?;
+    let docs = super::yaml::parse_stream(&text, &req.limits.yaml()).map_err(|e| RenderError::from(e).context(&what))?;
+    super::objects_from_documents(docs, &what, &req.limits)
 }
 
 /// What a successful run printed.
