@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use super::{health, int_or_zero, str_at};
+use super::{health, int_or_zero, spec_not_observed, str_at};
 use crate::api::application::{HealthStatusCode, ResourceHealth};
 use crate::engine::object;
 
@@ -13,13 +13,8 @@ use crate::engine::object;
 /// - `status.numberAvailable < status.desiredNumberScheduled` → Progressing;
 /// - else Healthy.
 pub(super) fn assess(obj: &Value) -> ResourceHealth {
-    let generation = int_or_zero(obj, "/metadata/generation");
-    let observed = int_or_zero(obj, "/status/observedGeneration");
-    if generation > observed {
-        return health(
-            HealthStatusCode::Progressing,
-            "Waiting for rollout to finish: observed daemon set generation less than desired generation",
-        );
+    if let Some(waiting) = spec_not_observed(obj, "daemon set") {
+        return waiting;
     }
     let desired = int_or_zero(obj, "/status/desiredNumberScheduled");
     let updated = int_or_zero(obj, "/status/updatedNumberScheduled");

@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use super::{bool_at, condition, health, int, int_or_zero};
+use super::{bool_at, condition, health, int, int_or_zero, spec_not_observed};
 use crate::api::application::{HealthStatusCode, ResourceHealth};
 use crate::engine::object;
 
@@ -18,12 +18,8 @@ pub(super) fn assess(obj: &Value) -> ResourceHealth {
     if bool_at(obj, "/spec/paused") {
         return health(HealthStatusCode::Suspended, "Deployment is paused");
     }
-    let generation = int_or_zero(obj, "/metadata/generation");
-    let observed = int_or_zero(obj, "/status/observedGeneration");
-    if generation > observed {
-        return progressing(
-            "Waiting for rollout to finish: observed deployment generation less than desired generation",
-        );
+    if let Some(waiting) = spec_not_observed(obj, "deployment") {
+        return waiting;
     }
     if condition(obj, "Progressing").is_some_and(|c| c.reason == "ProgressDeadlineExceeded") {
         return health(

@@ -311,6 +311,19 @@ fn int_or_zero(obj: &Value, ptr: &str) -> i64 {
     int(obj, ptr).unwrap_or(0)
 }
 
+/// Progressing while the workload's controller has not seen its latest spec (`metadata.generation >
+/// status.observedGeneration`), with kubectl's `rollout status` message naming the `what` (`deployment`).
+fn spec_not_observed(obj: &Value, what: &str) -> Option<ResourceHealth> {
+    let generation = int_or_zero(obj, "/metadata/generation");
+    let observed = int_or_zero(obj, "/status/observedGeneration");
+    (generation > observed).then(|| {
+        health(
+            HealthStatusCode::Progressing,
+            format!("Waiting for rollout to finish: observed {what} generation less than desired generation"),
+        )
+    })
+}
+
 /// A string field at `ptr`, `""` when missing or not a string.
 fn str_at<'a>(obj: &'a Value, ptr: &str) -> &'a str {
     obj.pointer(ptr).and_then(Value::as_str).unwrap_or_default()

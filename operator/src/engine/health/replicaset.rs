@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use super::{condition, health, int, int_or_zero};
+use super::{condition, health, int, int_or_zero, spec_not_observed};
 use crate::api::application::{HealthStatusCode, ResourceHealth};
 
 /// Argo CD's rule, in order:
@@ -11,13 +11,8 @@ use crate::api::application::{HealthStatusCode, ResourceHealth};
 /// - `status.availableReplicas < spec.replicas` → Progressing;
 /// - else Healthy.
 pub(super) fn assess(obj: &Value) -> ResourceHealth {
-    let generation = int_or_zero(obj, "/metadata/generation");
-    let observed = int_or_zero(obj, "/status/observedGeneration");
-    if generation > observed {
-        return health(
-            HealthStatusCode::Progressing,
-            "Waiting for rollout to finish: observed replica set generation less than desired generation",
-        );
+    if let Some(waiting) = spec_not_observed(obj, "replica set") {
+        return waiting;
     }
     if let Some(failure) = condition(obj, "ReplicaFailure").filter(|c| c.is_true()) {
         return health(HealthStatusCode::Degraded, failure.message);
