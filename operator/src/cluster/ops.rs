@@ -42,17 +42,8 @@ impl Default for ApplyOptions {
     }
 }
 
-/// Deletion propagation (Argo CD's `PrunePropagationPolicy`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Propagation {
-    /// Dependents first; the object stays (with `deletionTimestamp`) until they are gone.
-    #[default]
-    Foreground,
-    /// The object goes now; the garbage collector removes dependents afterwards.
-    Background,
-    /// Dependents are left behind.
-    Orphan,
-}
+/// Deletion propagation (Argo CD's `PrunePropagationPolicy`), as the planner decides it.
+pub use crate::engine::plan::Propagation;
 
 /// How to delete.
 #[derive(Clone, Debug, Default)]

@@ -13,7 +13,7 @@ use kube::core::GroupVersionKind;
 use kube::Api;
 use serde_json::{json, Value};
 
-use crate::cluster::ops::{self, ApplyOptions, DeleteOptions, DeleteOutcome, Propagation as OpsPropagation};
+use crate::cluster::ops::{self, ApplyOptions, DeleteOptions, DeleteOutcome};
 use crate::cluster::{ClusterError, ClusterHandle};
 use crate::controllers::status::patch_params;
 use crate::engine::object;
@@ -155,17 +155,9 @@ pub async fn apply(
 
 /// `Replace=true,Force=true`: delete (background) and create again.
 async fn recreate(cluster: &ClusterHandle, obj: &Value) -> Result<Value, ClusterError> {
-    let gvk = gvk(&ObjectRef {
-        api_version: obj
-            .get("apiVersion")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string(),
-        kind: object::kind(obj).to_string(),
-        ..ObjectRef::default()
-    })?;
+    let gvk = gvk(&ObjectRef::of(obj))?;
     let opts = DeleteOptions {
-        propagation: OpsPropagation::Background,
+        propagation: Propagation::Background,
         ..DeleteOptions::default()
     };
     ops::delete(cluster, &gvk, object::namespace(obj), object::name(obj), &opts).await?;
@@ -188,7 +180,7 @@ async fn prune(cluster: &ClusterHandle, owner: Owner<'_>, p: &PruneAction) -> Re
         ));
     }
     let opts = DeleteOptions {
-        propagation: propagation(p.propagation),
+        propagation: p.propagation,
         uid: uid(&live),
         dry_run: false,
     };
@@ -202,7 +194,7 @@ async fn prune(cluster: &ClusterHandle, owner: Owner<'_>, p: &PruneAction) -> Re
 async fn delete_hook(cluster: &ClusterHandle, d: &DeleteAction) -> Result<String, String> {
     let gvk = gvk(&d.target).map_err(|e| e.to_string())?;
     let opts = DeleteOptions {
-        propagation: propagation(d.propagation),
+        propagation: d.propagation,
         ..DeleteOptions::default()
     };
     match ops::delete(cluster, &gvk, &d.target.namespace, &d.target.name, &opts).await {
@@ -258,14 +250,6 @@ fn gvk(target: &ObjectRef) -> Result<GroupVersionKind, ClusterError> {
         )));
     }
     Ok(GroupVersionKind::gvk(group, version, &target.kind))
-}
-
-fn propagation(p: Propagation) -> OpsPropagation {
-    match p {
-        Propagation::Foreground => OpsPropagation::Foreground,
-        Propagation::Background => OpsPropagation::Background,
-        Propagation::Orphan => OpsPropagation::Orphan,
-    }
 }
 
 fn uid(obj: &Value) -> Option<String> {

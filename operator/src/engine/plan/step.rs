@@ -209,7 +209,8 @@ pub struct ObjectRef {
 }
 
 impl ObjectRef {
-    fn of(obj: &Value) -> ObjectRef {
+    /// The reference to `obj`.
+    pub fn of(obj: &Value) -> ObjectRef {
         ObjectRef {
             api_version: obj
                 .get("apiVersion")
@@ -1248,29 +1249,8 @@ pub fn record_outcome(out: &StepOutput, outcome: &Outcome, now: Timestamp) -> (O
 fn record_actions(rows: &mut Vec<ResourceResult>, actions: &Actions, outcome: &Outcome, dry_run_op: bool) -> bool {
     let mut all_ok = true;
     for a in &actions.prune {
-        match outcome.pruned.get(&a.id) {
-            Some(Ok(_)) => upsert(
-                rows,
-                &a.record,
-                Some(ResultCode::Pruned),
-                Some(OperationPhase::Succeeded),
-                Some("pruned".into()),
-            ),
-            Some(Err(e)) => {
-                all_ok = false;
-                upsert(
-                    rows,
-                    &a.record,
-                    Some(ResultCode::SyncFailed),
-                    Some(OperationPhase::Failed),
-                    Some(e.clone()),
-                );
-            }
-            None => {
-                all_ok = false;
-                revert_intent(rows, &a.record);
-            }
-        }
+        let done = (ResultCode::Pruned, OperationPhase::Succeeded);
+        all_ok &= record_result(rows, &a.record, outcome.pruned.get(&a.id), done, |_| "pruned".into());
     }
     for a in &actions.delete {
         match outcome.deleted.get(&a.id) {
@@ -1289,31 +1269,37 @@ fn record_actions(rows: &mut Vec<ResourceResult>, actions: &Actions, outcome: &O
         OperationPhase::Running
     };
     for a in &actions.apply {
-        match outcome.applied.get(&a.id) {
-            Some(Ok(msg)) => upsert(
-                rows,
-                &a.record,
-                Some(ResultCode::Synced),
-                Some(running),
-                Some(msg.clone()),
-            ),
-            Some(Err(e)) => {
-                all_ok = false;
-                upsert(
-                    rows,
-                    &a.record,
-                    Some(ResultCode::SyncFailed),
-                    Some(OperationPhase::Failed),
-                    Some(e.clone()),
-                );
-            }
-            None => {
-                all_ok = false;
-                revert_intent(rows, &a.record);
-            }
-        }
+        let done = (ResultCode::Synced, running);
+        all_ok &= record_result(rows, &a.record, outcome.applied.get(&a.id), done, str::to_string);
     }
     all_ok
+}
+
+/// Records the result of one prune or apply: `done` with `message(server's message)` when it succeeded,
+/// `SyncFailed`/`Failed` with the error when it failed, the intent reverted when it did not run. True
+/// only when it ran and succeeded.
+fn record_result(
+    rows: &mut Vec<ResourceResult>,
+    record: &ResourceResult,
+    result: Option<&Result<String, String>>,
+    (code, phase): (ResultCode, OperationPhase),
+    message: impl FnOnce(&str) -> String,
+) -> bool {
+    match result {
+        Some(Ok(msg)) => {
+            upsert(rows, record, Some(code), Some(phase), Some(message(msg)));
+            true
+        }
+        Some(Err(e)) => {
+            let failed = (Some(ResultCode::SyncFailed), Some(OperationPhase::Failed));
+            upsert(rows, record, failed.0, failed.1, Some(e.clone()));
+            false
+        }
+        None => {
+            revert_intent(rows, record);
+            false
+        }
+    }
 }
 
 fn complete(st: &mut OperationState, phase: OperationPhase, message: &str, now: Timestamp) {
