@@ -313,25 +313,9 @@ fn drive(cluster: &mut FakeCluster, sync: &Sync) -> Run {
         let ns_live = cluster.namespace("shop");
         let now = Timestamp::from_millisecond(cluster.now_ms).expect("valid time");
         let input = StepInput {
-            ctx: PlanContext {
-                app_namespace: APP_NS,
-                app_name: APP,
-                destination_namespace: "shop",
-                revision: REV,
-                scope: &scope,
-            },
-            desired: &sync.desired,
-            live: &live,
             namespace_live: ns_live.as_ref(),
-            operation: &sync.operation,
-            sync_policy: Some(&sync.policy),
-            state: state.as_ref(),
-            plan_state: plan.as_ref(),
             now,
-            wave_delay: DEFAULT_WAVE_DELAY,
-            rendered: sync.rendered,
-            live_cache_complete: sync.cache_complete,
-            prune_confirmed: sync.prune_confirmed,
+            ..step_input(sync, &live, state.as_ref().zip(plan.as_ref()))
         };
         let out = next_step(&input);
         state = Some(out.state.clone());
@@ -376,6 +360,20 @@ fn kinds(run: &Run) -> Vec<String> {
             Step::Done { phase, .. } => format!("done {phase:?}"),
         })
         .collect()
+}
+
+/// Drives `sync` to its end and checks that it succeeded.
+fn drive_succeeded(cluster: &mut FakeCluster, sync: &Sync) -> Run {
+    let run = drive(cluster, sync);
+    assert_eq!(run.done().0, OperationPhase::Succeeded, "{:?}", run.done());
+    run
+}
+
+/// Drives `sync` to success and checks that it pruned ConfigMap `old`, and nothing else.
+fn succeeds_pruning_old(cluster: &mut FakeCluster, sync: &Sync) -> Run {
+    let run = drive_succeeded(cluster, sync);
+    assert_eq!(logged(cluster, "prune"), ["prune ConfigMap/old"]);
+    run
 }
 
 fn logged(cluster: &FakeCluster, what: &str) -> Vec<String> {
@@ -691,9 +689,7 @@ fn prune_rules() {
     cluster
         .put(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "untracked", "namespace": "shop"}}));
     let sync = Sync::new(vec![cm("a", 0)]);
-    let run = drive(&mut cluster, &sync);
-    assert_eq!(run.done().0, OperationPhase::Succeeded);
-    assert_eq!(logged(&cluster, "prune"), ["prune ConfigMap/old"]);
+    let run = succeeds_pruning_old(&mut cluster, &sync);
     // The final group succeeds right after the delete is issued; the object goes once it terminated.
     cluster.tick();
     cluster.tick();
@@ -768,9 +764,7 @@ fn prune_confirm_waits_for_approval() {
         other => panic!("expected a wait, got {other:?}"),
     }
     sync.prune_confirmed = true;
-    let run = drive(&mut cluster, &sync);
-    assert_eq!(run.done().0, OperationPhase::Succeeded);
-    assert_eq!(logged(&cluster, "prune"), ["prune ConfigMap/old"]);
+    succeeds_pruning_old(&mut cluster, &sync);
 }
 
 #[test]
@@ -800,9 +794,7 @@ fn never_prunes_without_a_render_or_a_complete_cache() {
         allow_empty: true,
         ..SyncPolicyAutomated::default()
     });
-    let run = drive(&mut cluster, &empty);
-    assert_eq!(run.done().0, OperationPhase::Succeeded);
-    assert_eq!(logged(&cluster, "prune"), ["prune ConfigMap/old"]);
+    succeeds_pruning_old(&mut cluster, &empty);
 }
 
 #[test]
