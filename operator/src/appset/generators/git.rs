@@ -147,11 +147,17 @@ pub(crate) fn generate(gen: &GitGenerator, ctx: &Ctx<'_>, path: &str) -> Result<
         .git
         .tree(&gen.repo_url, revision)
         .map_err(|e| git_error(gen, revision, &e))?;
-    let prefix = gen.path_param_prefix.as_deref().filter(|p| !p.is_empty());
+    let scan = Scan {
+        gen,
+        tree,
+        ctx,
+        path,
+        prefix: gen.path_param_prefix.as_deref().filter(|p| !p.is_empty()),
+    };
     let mut sets = if gen.directories.is_empty() {
-        file_sets(gen, tree, ctx, path, prefix)?
+        file_sets(&scan)?
     } else {
-        directory_sets(gen, tree, ctx, path, prefix)?
+        directory_sets(&scan)?
     };
     for set in &mut sets {
         append_values(&gen.values, set, ctx)?;
@@ -163,19 +169,34 @@ fn git_error(gen: &GitGenerator, revision: &str, error: &str) -> AppSetError {
     AppSetError::Git(truncate(&format!("{} at {revision}: {error}", gen.repo_url), 512))
 }
 
+/// One Git generator reading its tree: the generator, the tree at its revision, the generation context,
+/// the generator's position (for errors) and its `pathParamPrefix`.
+struct Scan<'a> {
+    gen: &'a GitGenerator,
+    tree: &'a dyn GitTree,
+    ctx: &'a Ctx<'a>,
+    path: &'a str,
+    prefix: Option<&'a str>,
+}
+
+impl Scan<'_> {
+    /// A failure to read the tree.
+    fn tree_error(&self, error: String) -> AppSetError {
+        git_error(self.gen, revision_of(self.gen), &error)
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Directories
 
-fn directory_sets(
-    gen: &GitGenerator,
-    tree: &dyn GitTree,
-    ctx: &Ctx<'_>,
-    path: &str,
-    prefix: Option<&str>,
-) -> Result<Vec<ParamSet>, AppSetError> {
-    let mut dirs: Vec<String> = tree
+fn directory_sets(scan: &Scan<'_>) -> Result<Vec<ParamSet>, AppSetError> {
+    let Scan {
+        gen, ctx, path, prefix, ..
+    } = *scan;
+    let mut dirs: Vec<String> = scan
+        .tree
         .directories()
-        .map_err(|e| git_error(gen, revision_of(gen), &e))?
+        .map_err(|e| scan.tree_error(e))?
         .into_iter()
         .filter(|d| !is_hidden(d))
         .collect();
@@ -255,14 +276,15 @@ fn path_params(dir: &str, file: Option<&str>, prefix: Option<&str>, go: bool) ->
 // ---------------------------------------------------------------------------------------------
 // Files
 
-fn file_sets(
-    gen: &GitGenerator,
-    tree: &dyn GitTree,
-    ctx: &Ctx<'_>,
-    path: &str,
-    prefix: Option<&str>,
-) -> Result<Vec<ParamSet>, AppSetError> {
-    let all = tree.files().map_err(|e| git_error(gen, revision_of(gen), &e))?;
+fn file_sets(scan: &Scan<'_>) -> Result<Vec<ParamSet>, AppSetError> {
+    let Scan {
+        gen,
+        tree,
+        ctx,
+        path,
+        prefix,
+    } = *scan;
+    let all = tree.files().map_err(|e| scan.tree_error(e))?;
     let mut selected: BTreeSet<&str> = BTreeSet::new();
     for item in gen.files.iter().filter(|i| !i.exclude) {
         selected.extend(all.iter().map(String::as_str).filter(|f| pathspec_match(&item.path, f)));
@@ -282,7 +304,7 @@ fn file_sets(
     for file in selected {
         let bytes = tree
             .read_file(file, limits.max_file_bytes)
-            .map_err(|e| git_error(gen, revision_of(gen), &e))?;
+            .map_err(|e| scan.tree_error(e))?;
         let objects = parse_file(&bytes, limits.max_file_bytes)
             .map_err(|e| AppSetError::generator(path, format!("unable to process file '{file}': {e}")))?;
         for object in objects {

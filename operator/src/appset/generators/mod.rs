@@ -60,16 +60,26 @@ pub(crate) trait Spec: Serialize + DeserializeOwned {
     fn selector(&self) -> Option<&LabelSelector>;
 }
 
+/// The accessors every generator type has in the same fields.
+macro_rules! terminal_accessors {
+    () => {
+        fn list(&self) -> Option<&ListGenerator> {
+            self.list.as_ref()
+        }
+        fn clusters(&self) -> Option<&ClusterGenerator> {
+            self.clusters.as_ref()
+        }
+        fn git(&self) -> Option<&GitGenerator> {
+            self.git.as_ref()
+        }
+        fn selector(&self) -> Option<&LabelSelector> {
+            self.selector.as_ref()
+        }
+    };
+}
+
 impl Spec for ApplicationSetGenerator {
-    fn list(&self) -> Option<&ListGenerator> {
-        self.list.as_ref()
-    }
-    fn clusters(&self) -> Option<&ClusterGenerator> {
-        self.clusters.as_ref()
-    }
-    fn git(&self) -> Option<&GitGenerator> {
-        self.git.as_ref()
-    }
+    terminal_accessors!();
     fn composite(&self) -> Vec<Composite<'_>> {
         let matrix = self.matrix.as_ref().map(|m| Composite::Matrix(&m.generators));
         let merge = self
@@ -78,21 +88,10 @@ impl Spec for ApplicationSetGenerator {
             .map(|m| Composite::Merge(&m.generators, &m.merge_keys));
         matrix.into_iter().chain(merge).collect()
     }
-    fn selector(&self) -> Option<&LabelSelector> {
-        self.selector.as_ref()
-    }
 }
 
 impl Spec for NestedGenerator {
-    fn list(&self) -> Option<&ListGenerator> {
-        self.list.as_ref()
-    }
-    fn clusters(&self) -> Option<&ClusterGenerator> {
-        self.clusters.as_ref()
-    }
-    fn git(&self) -> Option<&GitGenerator> {
-        self.git.as_ref()
-    }
+    terminal_accessors!();
     fn composite(&self) -> Vec<Composite<'_>> {
         let matrix = self.matrix.as_ref().map(|m| Composite::TerminalMatrix(&m.generators));
         let merge = self
@@ -101,26 +100,12 @@ impl Spec for NestedGenerator {
             .map(|m| Composite::TerminalMerge(&m.generators, &m.merge_keys));
         matrix.into_iter().chain(merge).collect()
     }
-    fn selector(&self) -> Option<&LabelSelector> {
-        self.selector.as_ref()
-    }
 }
 
 impl Spec for TerminalGenerator {
-    fn list(&self) -> Option<&ListGenerator> {
-        self.list.as_ref()
-    }
-    fn clusters(&self) -> Option<&ClusterGenerator> {
-        self.clusters.as_ref()
-    }
-    fn git(&self) -> Option<&GitGenerator> {
-        self.git.as_ref()
-    }
+    terminal_accessors!();
     fn composite(&self) -> Vec<Composite<'_>> {
         Vec::new()
-    }
-    fn selector(&self) -> Option<&LabelSelector> {
-        self.selector.as_ref()
     }
 }
 

@@ -781,27 +781,44 @@ fn truncate_chars(s: &str, precision: Option<usize>) -> String {
     }
 }
 
-/// Go's `strconv.Quote`.
-pub(crate) fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
+/// The escapes Go's `strconv.Quote` and `encoding/json` share: the quote, the backslash, newline, tab and
+/// carriage return.
+fn shared_escape(c: char) -> Option<&'static str> {
+    match c {
+        '"' => Some("\\\""),
+        '\\' => Some("\\\\"),
+        '\n' => Some("\\n"),
+        '\t' => Some("\\t"),
+        '\r' => Some("\\r"),
+        _ => None,
+    }
+}
+
+/// Writes `s` in double quotes: the escapes Go's `strconv.Quote` and `encoding/json` share, and `escape`
+/// (which pushes the character, escaped or not) for every other character.
+fn write_quoted(out: &mut String, s: &str, escape: impl Fn(&mut String, char)) {
     out.push('"');
     for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            '\u{7}' => out.push_str("\\a"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '\u{b}' => out.push_str("\\v"),
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => out.push_str(&format!("\\x{:02x}", c as u32)),
-            c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
+        match shared_escape(c) {
+            Some(escaped) => out.push_str(escaped),
+            None => escape(out, c),
         }
     }
     out.push('"');
+}
+
+/// Go's `strconv.Quote`.
+pub(crate) fn go_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    write_quoted(&mut out, s, |out, c| match c {
+        '\u{7}' => out.push_str("\\a"),
+        '\u{8}' => out.push_str("\\b"),
+        '\u{c}' => out.push_str("\\f"),
+        '\u{b}' => out.push_str("\\v"),
+        c if (c as u32) < 0x20 || c as u32 == 0x7f => out.push_str(&format!("\\x{:02x}", c as u32)),
+        c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
+        c => out.push(c),
+    });
     out
 }
 
@@ -1162,21 +1179,12 @@ fn close(out: &mut String, indent: Option<usize>, bracket: char) {
 }
 
 fn write_json_string(out: &mut String, s: &str, escape_html: bool) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '<' | '>' | '&' if escape_html => out.push_str(&format!("\\u{:04x}", c as u32)),
-            '\u{2028}' | '\u{2029}' => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
+    write_quoted(out, s, |out, c| match c {
+        '<' | '>' | '&' if escape_html => out.push_str(&format!("\\u{:04x}", c as u32)),
+        '\u{2028}' | '\u{2029}' => out.push_str(&format!("\\u{:04x}", c as u32)),
+        c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+        c => out.push(c),
+    });
 }
 
 /// `toYaml`: `sigs.k8s.io/yaml` output without the trailing newline; integral floats print as
