@@ -11,10 +11,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::core::GroupVersionKind;
+use kube::ResourceExt;
 use serde_json::Value;
 
 use crate::api::application::{ResourceStatus, SyncStatusCode};
 use crate::api::labels::{APP_INSTANCE_LABEL, TRACKING_ID_ANNOTATION};
+use crate::api::Application;
 use crate::cluster::{ClusterError, ClusterHandle};
 use crate::engine::diff::{app_sync_status, diff, DiffOptions, ResourceSync};
 use crate::engine::health::{self, ChildHealth};
@@ -104,6 +106,20 @@ pub fn kinds_to_watch(desired: &[Value], previous: &[ResourceStatus]) -> Vec<Gro
         .into_iter()
         .map(|(g, v, k)| GroupVersionKind::gvk(&g, &v, &k))
         .collect()
+}
+
+/// [`observe`] for `app`: its instance's objects, in the kinds of `desired` and of the resources its
+/// status last listed (so objects that left Git are still seen, to prune or delete).
+pub async fn observe_app(
+    cluster: &ClusterHandle,
+    app: &Application,
+    desired: &[Value],
+    dest_namespace: &str,
+) -> LiveView {
+    let instance = crate::cluster::app_instance_id(&app.namespace().unwrap_or_default(), &app.name_any());
+    let previous = app.status.as_ref().map(|s| s.resources.as_slice()).unwrap_or_default();
+    let kinds = kinds_to_watch(desired, previous);
+    observe(cluster, &instance, &kinds, desired, dest_namespace).await
 }
 
 /// Watches `kinds` on `cluster` (starting watches as needed), waits briefly for them to list, and

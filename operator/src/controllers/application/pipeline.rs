@@ -159,7 +159,7 @@ impl<'a> Pipeline<'a> {
         // 2–3. resolve source, render
         let rendered = self.render_target(force, hard).await;
         // 4. live; 5. compare, PolicySets
-        let mut observed = self.observe(&dest, &instance, rendered.as_ref()).await;
+        let mut observed = self.observe(&dest, rendered.as_ref()).await;
         if let Some(r) = &rendered {
             self.compare(&dest, r, &mut observed);
         }
@@ -233,17 +233,10 @@ impl<'a> Pipeline<'a> {
 
     /// Step 4: the live objects of this instance from the live cache (never a cluster-wide list); an
     /// incomplete cache makes the planner wait.
-    async fn observe(&mut self, dest: &ResolvedDestination, instance: &str, rendered: Option<&Rendered>) -> Observed {
+    async fn observe(&mut self, dest: &ResolvedDestination, rendered: Option<&Rendered>) -> Observed {
         let dest_ns = self.app.spec.destination.namespace.clone().unwrap_or_default();
         let desired_raw: &[Value] = rendered.map(|r| r.objects.as_slice()).unwrap_or_default();
-        let previous = self
-            .app
-            .status
-            .as_ref()
-            .map(|s| s.resources.as_slice())
-            .unwrap_or_default();
-        let kinds = compare::kinds_to_watch(desired_raw, previous);
-        let view = compare::observe(&dest.cluster, instance, &kinds, desired_raw, &dest_ns).await;
+        let view = compare::observe_app(&dest.cluster, self.app, desired_raw, &dest_ns).await;
         self.timings.mark("live");
         let desired = desired_raw
             .iter()
