@@ -184,6 +184,40 @@ impl Metrics {
     }
 }
 
+/// The label set each object last exported on an `*_info` gauge (value 1), so that a change replaces the
+/// old series instead of leaving a stale one behind, and a deleted object's series goes with it.
+#[derive(Debug, Default)]
+pub struct InfoSeries(std::sync::Mutex<std::collections::HashMap<String, Vec<String>>>);
+
+impl InfoSeries {
+    /// Sets `gauge{labels} = 1` for the object `key`, removing its previous label set when it changed.
+    pub fn record(&self, gauge: &IntGaugeVec, key: String, labels: Vec<String>) {
+        let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(old) = map.get(&key) {
+            if *old == labels {
+                return;
+            }
+            let _ = gauge.remove_label_values(&old.iter().map(String::as_str).collect::<Vec<_>>());
+        }
+        gauge
+            .with_label_values(&labels.iter().map(String::as_str).collect::<Vec<_>>())
+            .set(1);
+        map.insert(key, labels);
+    }
+
+    /// Removes the series of the object `key`.
+    pub fn forget(&self, gauge: &IntGaugeVec, key: &str) {
+        let removed = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(key);
+        if let Some(labels) = removed {
+            let _ = gauge.remove_label_values(&labels.iter().map(String::as_str).collect::<Vec<_>>());
+        }
+    }
+}
+
 /// The `repo` label of a repository URL: [`RepoUrl::sanitized`] (no userinfo, no query), or for a
 /// URL that does not parse, the text with userinfo and query stripped, so nothing secret can leak
 /// through a label even for invalid input.

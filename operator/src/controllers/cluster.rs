@@ -12,18 +12,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::EventType;
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{predicates, watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
 
-use super::error::{error_policy, Error, KubeStep};
-use super::status::{mark_not_ready, mark_ready, ready_flipped, write_status};
-use super::{instrumented, Context, Shutdown};
+use super::error::{Error, KubeStep};
+use super::status::{announce_ready_flip, mark_not_ready, mark_ready, write_status};
+use super::{run_controller, Context, Shutdown};
 use crate::api::cluster::ClusterStatus;
 use crate::api::{Application, Cluster};
 use crate::cluster::probe;
@@ -56,24 +54,16 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) -> anyhow::Result<()> {
     crate::controllers::mark_ready_when_synced(Arc::clone(&ctx), CONTROLLER, reader.clone());
     let (mapper_store, operator_ns) = (reader.clone(), ctx.namespace().to_string());
     let apps_store = app_reader.clone();
-    Controller::for_stream(clusters, reader)
+    let controller = Controller::for_stream(clusters, reader)
         .watches_stream(apps, move |app: Application| {
             clusters_of(&mapper_store.state(), &app, &operator_ns)
         })
-        .graceful_shutdown_on(shutdown.wait())
-        .run(
-            move |cluster, ctx| {
-                let apps = apps_store.state();
-                async move {
-                    let fut = reconcile(&cluster, &ctx, &apps);
-                    instrumented(CONTROLLER, cluster.as_ref(), &ctx, fut).await
-                }
-            },
-            error_policy::<Cluster>,
-            ctx,
-        )
-        .for_each(|_| async {})
-        .await;
+        .graceful_shutdown_on(shutdown.wait());
+    run_controller(controller, CONTROLLER, ctx, move |cluster, ctx| {
+        let apps = apps_store.state();
+        async move { reconcile(&cluster, &ctx, &apps).await }
+    })
+    .await;
     Ok(())
 }
 
@@ -149,15 +139,9 @@ async fn reconcile(cluster: &Cluster, ctx: &Context, apps: &[Arc<Application>]) 
     write_status(&api, cluster, old, &new)
         .await
         .map_err(KubeStep::StatusWrite.err())?;
-    if let Some((ready, message)) = ready_flipped(old.map(|s| s.conditions.as_slice()), &new.conditions) {
-        let (kind, reason) = if ready {
-            (EventType::Normal, "ClusterReady")
-        } else {
-            (EventType::Warning, "ClusterUnreachable")
-        };
-        ctx.publish_event(&cluster.object_ref(&()), kind, reason, "Probe", &message)
-            .await;
-    }
+    let conditions = (old.map(|s| s.conditions.as_slice()), new.conditions.as_slice());
+    let reasons = ("ClusterReady", "ClusterUnreachable");
+    announce_ready_flip(ctx, &cluster.object_ref(&()), conditions, reasons, "Probe").await;
     let every = ctx
         .settings
         .reconcile_interval

@@ -27,6 +27,7 @@ pub mod policy_access;
 pub mod policy_set;
 pub mod repository;
 pub mod status;
+pub mod stores;
 #[cfg(test)]
 pub(crate) mod testsupport;
 
@@ -299,6 +300,40 @@ where
             }
         }
     });
+}
+
+/// Runs `controller` until it stops (on shutdown): every reconcile goes through [`instrumented`]
+/// (metrics, logs, backoff reset) and every error through [`error::error_policy`]; queue and watch
+/// errors are logged at debug level (reconcile errors were logged by `instrumented`).
+pub(crate) async fn run_controller<K, F, Fut>(
+    controller: kube::runtime::Controller<K>,
+    name: &'static str,
+    ctx: Arc<Context>,
+    mut reconcile: F,
+) where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + fmt::Debug + Send + Sync + 'static,
+    F: FnMut(Arc<K>, Arc<Context>) -> Fut,
+    Fut: Future<Output = Result<Action, Error>> + Send + 'static,
+{
+    use futures::StreamExt;
+    controller
+        .run(
+            move |obj, ctx| {
+                let fut = reconcile(Arc::clone(&obj), Arc::clone(&ctx));
+                async move { instrumented(name, obj.as_ref(), &ctx, fut).await }
+            },
+            error::error_policy::<K>,
+            ctx,
+        )
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                match e {
+                    kube::runtime::controller::Error::ReconcilerFailed(..) => {}
+                    other => tracing::debug!(controller = name, "controller event: {other}"),
+                }
+            }
+        })
+        .await;
 }
 
 /// The outcome label of a reconcile in `capstan_reconcile_total{result}`.

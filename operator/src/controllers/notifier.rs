@@ -279,6 +279,40 @@ impl RevisionNotifier {
     }
 }
 
+/// Spawns the reaction of one controller to new commits: for every object of kind `K` tracking a ref
+/// that moved, `refresh(the object)` (force a fresh resolution and reconcile it); when the receiver
+/// lagged behind, every object in `store` (level-triggered: a missed change must not go unnoticed).
+pub fn on_new_commits<K>(
+    notifier: Arc<RevisionNotifier>,
+    store: Store<K>,
+    refresh: impl Fn(ObjectRef<K>) + Send + 'static,
+) where
+    K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    let mut changes = notifier.subscribe();
+    let prefix = format!("{}/", K::kind(&()));
+    tokio::spawn(async move {
+        loop {
+            match changes.recv().await {
+                Ok(change) => {
+                    for owner in notifier.owners_tracking(&change) {
+                        let Some((ns, name)) = owner.strip_prefix(&prefix).and_then(|r| r.split_once('/')) else {
+                            continue;
+                        };
+                        refresh(ObjectRef::new(name).within(ns));
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    for obj in store.state() {
+                        refresh(ObjectRef::from_obj(obj.as_ref()));
+                    }
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    });
+}
+
 /// The owner key other controllers pass to [`RevisionNotifier::track`] for an object.
 pub fn owner_key<K: kube::Resource<DynamicType = ()>>(obj: &K) -> String {
     format!(

@@ -9,17 +9,15 @@
 
 use std::sync::Arc;
 
-use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::EventType;
 use kube::runtime::{predicates, reflector, watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
 
-use super::error::{error_policy, Error, KubeStep};
-use super::status::{mark_not_ready, mark_ready, ready_flipped, write_status};
-use super::{instrumented, policy_access, Context, Shutdown};
+use super::error::{Error, KubeStep};
+use super::status::{announce_ready_flip, mark_not_ready, mark_ready, write_status};
+use super::{policy_access, run_controller, Context, Shutdown};
 use crate::api::policy_set::PolicySetStatus;
 use crate::api::PolicySet;
 use crate::policy::PolicyError;
@@ -36,18 +34,11 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) -> anyhow::Result<()> {
         .applied_objects()
         .predicate_filter(predicates::generation, Default::default());
     crate::controllers::mark_ready_when_synced(Arc::clone(&ctx), CONTROLLER, reader.clone());
-    Controller::for_stream(sets, reader)
-        .graceful_shutdown_on(shutdown.wait())
-        .run(
-            |set, ctx| async move {
-                let fut = reconcile(&set, &ctx);
-                instrumented(CONTROLLER, set.as_ref(), &ctx, fut).await
-            },
-            error_policy::<PolicySet>,
-            ctx,
-        )
-        .for_each(|_| async {})
-        .await;
+    let controller = Controller::for_stream(sets, reader).graceful_shutdown_on(shutdown.wait());
+    run_controller(controller, CONTROLLER, ctx, |set, ctx| async move {
+        reconcile(&set, &ctx).await
+    })
+    .await;
     Ok(())
 }
 
@@ -101,15 +92,9 @@ async fn reconcile(set: &PolicySet, ctx: &Context) -> Result<Action, Error> {
     write_status(&api, set, old, &new)
         .await
         .map_err(KubeStep::StatusWrite.err())?;
-    if let Some((ready, message)) = ready_flipped(old.map(|s| s.conditions.as_slice()), &new.conditions) {
-        let (kind, reason) = if ready {
-            (EventType::Normal, "PoliciesCompiled")
-        } else {
-            (EventType::Warning, "PoliciesInvalid")
-        };
-        ctx.publish_event(&set.object_ref(&()), kind, reason, "Compile", &message)
-            .await;
-    }
+    let conditions = (old.map(|s| s.conditions.as_slice()), new.conditions.as_slice());
+    let reasons = ("PoliciesCompiled", "PoliciesInvalid");
+    announce_ready_flip(ctx, &set.object_ref(&()), conditions, reasons, "Compile").await;
     Ok(Action::requeue(ctx.settings.reconcile_interval))
 }
 

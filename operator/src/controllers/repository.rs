@@ -27,7 +27,6 @@ use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::Api;
 use kube::core::PartialObjectMeta;
@@ -38,10 +37,10 @@ use kube::runtime::{predicates, watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
-use super::error::{error_policy, Error, KubeStep};
+use super::error::{Error, KubeStep};
 use super::notifier::{repository_serves, url_key, RevisionChange, HEAD};
 use super::status::{self, find_condition, mark_not_ready, mark_ready, MAX_MESSAGE_LEN};
-use super::{instrumented, parse_duration, Context, Shutdown};
+use super::{parse_duration, run_controller, Context, Shutdown};
 use crate::api::conditions::{CONDITION_READY, REASON_INVALID_SPEC, STATUS_TRUE};
 use crate::api::repository::{FetchedRevision, RepositoryStatus, VerificationMode};
 use crate::api::Repository;
@@ -108,28 +107,11 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) -> anyhow::Result<()> {
 
     super::mark_ready_when_synced(Arc::clone(&ctx), CONTROLLER, reader.clone());
 
-    controller
-        .run(
-            move |repo, ctx| {
-                let state = Arc::clone(&state);
-                async move {
-                    let fut = reconcile(&repo, &ctx, &state);
-                    instrumented(CONTROLLER, repo.as_ref(), &ctx, fut).await
-                }
-            },
-            error_policy::<Repository>,
-            ctx,
-        )
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                // Reconciler errors were logged by `instrumented`; these are queue/watch errors.
-                match e {
-                    kube::runtime::controller::Error::ReconcilerFailed(..) => {}
-                    other => tracing::debug!(controller = CONTROLLER, "controller event: {other}"),
-                }
-            }
-        })
-        .await;
+    run_controller(controller, CONTROLLER, ctx, move |repo, ctx| {
+        let state = Arc::clone(&state);
+        async move { reconcile(&repo, &ctx, &state).await }
+    })
+    .await;
     Ok(())
 }
 
@@ -471,7 +453,14 @@ async fn reconcile(repo: &Repository, ctx: &Context, state: &State) -> Result<Ac
         Err(e) => return Err(e),
     };
 
-    let looked = look(ctx, state, repo, &ns, &url, &key, &creds).await;
+    let remote = Remote {
+        repo,
+        ns: &ns,
+        url: &url,
+        key: &key,
+        creds: &creds,
+    };
+    let looked = look(ctx, state, &remote).await;
     let transient = looked.as_ref().err().is_some_and(SourceError::is_transient);
     let observation = match looked {
         Ok(revisions) => Observation::Listed { revisions },
@@ -579,16 +568,25 @@ async fn resolve_credentials(
         })
 }
 
+/// The repository a reconcile looks at: the Repository, its namespace, its URL (parsed and as the
+/// notifier's key) and the credentials to reach it.
+struct Remote<'a> {
+    repo: &'a Repository,
+    ns: &'a str,
+    url: &'a RepoUrl,
+    key: &'a str,
+    creds: &'a Credentials,
+}
+
 /// Lists the remote, resolves the tracked refs and verifies them when asked.
-async fn look(
-    ctx: &Context,
-    state: &State,
-    repo: &Repository,
-    ns: &str,
-    url: &RepoUrl,
-    key: &str,
-    creds: &Credentials,
-) -> Result<Vec<FetchedRevision>, SourceError> {
+async fn look(ctx: &Context, state: &State, target: &Remote<'_>) -> Result<Vec<FetchedRevision>, SourceError> {
+    let Remote {
+        repo,
+        ns,
+        url,
+        key,
+        creds,
+    } = *target;
     let label = repo_label(&repo.spec.url);
     let started = Instant::now();
     let listed = tokio::time::timeout(ctx.settings.git_timeout, ctx.git.ls_remote(url, creds))
@@ -607,25 +605,23 @@ async fn look(
     let revisions = resolve_refs(&tracked, &remote);
     if let Some(verification) = &repo.spec.verification {
         if verification.mode == VerificationMode::Head {
-            verify(ctx, state, repo, ns, url, key, creds, &revisions, &label).await?;
+            verify(ctx, state, target, &revisions, &label).await?;
         }
     }
     Ok(revisions)
 }
 
 /// Checks the signature of every listed commit not verified before (a fetch only then).
-#[allow(clippy::too_many_arguments)]
 async fn verify(
     ctx: &Context,
     state: &State,
-    repo: &Repository,
-    ns: &str,
-    url: &RepoUrl,
-    key: &str,
-    creds: &Credentials,
+    target: &Remote<'_>,
     revisions: &[FetchedRevision],
     label: &str,
 ) -> Result<(), SourceError> {
+    let Remote {
+        repo, ns, url, creds, ..
+    } = *target;
     let Some(cm_ref) = repo
         .spec
         .verification
@@ -657,7 +653,7 @@ async fn verify(
         if !checked.insert(rev.revision.clone()) {
             continue;
         }
-        let cache_key = (key.to_string(), rev.revision.clone(), digest);
+        let cache_key = (target.key.to_string(), rev.revision.clone(), digest);
         let known = state
             .verified
             .lock()

@@ -102,6 +102,26 @@ pub fn ready_flipped(old: Option<&[Condition]>, new: &[Condition]) -> Option<(bo
     (was != Some(is.status.as_str())).then(|| (is.status == STATUS_TRUE, is.message.clone()))
 }
 
+/// Publishes an Event about `obj` when its `Ready` condition flipped (see [`ready_flipped`]): reason
+/// `became_ready` (Normal) or `stopped` (Warning), with the condition's message; `action` says what
+/// the controller was doing.
+pub async fn announce_ready_flip(
+    ctx: &crate::controllers::Context,
+    obj: &k8s_openapi::api::core::v1::ObjectReference,
+    (old, new): (Option<&[Condition]>, &[Condition]),
+    (became_ready, stopped): (&str, &str),
+    action: &str,
+) {
+    if let Some((ready, message)) = ready_flipped(old, new) {
+        let (kind, reason) = if ready {
+            (kube::runtime::events::EventType::Normal, became_ready)
+        } else {
+            (kube::runtime::events::EventType::Warning, stopped)
+        };
+        ctx.publish_event(obj, kind, reason, action, &message).await;
+    }
+}
+
 /// Sets condition `type_`. `lastTransitionTime` becomes `now` only when the status changes (or the
 /// condition is new); reason, message and `observedGeneration` are always updated. The message is
 /// truncated to [`MAX_MESSAGE_LEN`]. Conditions keep a stable order (insertion order).

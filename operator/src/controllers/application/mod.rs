@@ -70,24 +70,25 @@ mod tests;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
-use super::error::error_policy;
-use super::notifier::owner_key;
-use super::{instrumented, lock, ns_name, Context, Shutdown};
+use super::notifier::{on_new_commits, owner_key};
+use super::stores::Stores;
+use super::{lock, ns_name, run_controller, Context, Shutdown};
 use crate::api::application::{HealthStatusCode, OperationPhase, SyncStatusCode};
 use crate::api::{Application, PolicySet, Repository};
 use crate::cluster::ClusterHandle;
+use crate::metrics::InfoSeries;
 
 pub use pipeline::reconcile;
 use source::Resolution;
@@ -99,9 +100,7 @@ pub const MAX_JITTER: Duration = Duration::from_secs(60);
 
 /// Controller-local state shared by reconciles (memory only; a restart rebuilds it from the cluster).
 pub struct State {
-    repositories: OnceLock<Store<Repository>>,
-    applications: OnceLock<Store<Application>>,
-    policy_sets: OnceLock<Store<PolicySet>>,
+    stores: Stores,
     /// The PolicySet watch has listed once: until then no sync may start (fail closed).
     policies_listed: AtomicBool,
     resolutions: Mutex<HashMap<String, Resolution>>,
@@ -112,7 +111,7 @@ pub struct State {
     self_heal: Mutex<HashMap<String, (String, u32)>>,
     instances: Mutex<HashMap<String, ObjectRef<Application>>>,
     subscribed: Mutex<HashSet<usize>>,
-    info_labels: Mutex<HashMap<String, Vec<String>>>,
+    info: InfoSeries,
     deletion_attempts: Mutex<HashMap<String, u32>>,
     /// Per Application, a hash of the PolicySet dry-run findings last reported (reported on change).
     dry_run_reported: Mutex<HashMap<String, u64>>,
@@ -124,9 +123,7 @@ impl State {
     pub fn new() -> (Arc<State>, mpsc::UnboundedReceiver<ObjectRef<Application>>) {
         let (trigger, rx) = mpsc::unbounded_channel();
         let state = State {
-            repositories: OnceLock::new(),
-            applications: OnceLock::new(),
-            policy_sets: OnceLock::new(),
+            stores: Stores::default(),
             policies_listed: AtomicBool::new(false),
             resolutions: Mutex::default(),
             forced: Mutex::default(),
@@ -134,7 +131,7 @@ impl State {
             self_heal: Mutex::default(),
             instances: Mutex::default(),
             subscribed: Mutex::default(),
-            info_labels: Mutex::default(),
+            info: InfoSeries::default(),
             deletion_attempts: Mutex::default(),
             dry_run_reported: Mutex::default(),
             trigger,
@@ -144,18 +141,18 @@ impl State {
 
     /// Repositories (empty before the watch started, or in tests).
     pub fn repositories(&self) -> Vec<Arc<Repository>> {
-        self.repositories.get().map(|s| s.state()).unwrap_or_default()
+        self.stores.repositories()
     }
 
     /// PolicySets (empty before the watch started, or in tests).
     pub fn policy_sets(&self) -> Vec<Arc<PolicySet>> {
-        self.policy_sets.get().map(|s| s.state()).unwrap_or_default()
+        self.stores.policy_sets()
     }
 
     /// Whether PolicySets are known: listed by the watch, or no watch at all (tests that build the
     /// state by hand have none).
     pub fn policies_synced(&self) -> bool {
-        self.policy_sets.get().is_none() || self.policies_listed.load(Ordering::Acquire)
+        self.stores.policy_sets.get().is_none() || self.policies_listed.load(Ordering::Acquire)
     }
 
     /// Whether `findings` (PolicySet dry-run messages) differ from what was last reported for `app`;
@@ -169,7 +166,7 @@ impl State {
 
     /// Applications (empty before the watch started, or in tests).
     pub fn applications(&self) -> Vec<Arc<Application>> {
-        self.applications.get().map(|s| s.state()).unwrap_or_default()
+        self.stores.applications()
     }
 
     fn remember(&self, app: &Application, r: Resolution) {
@@ -263,10 +260,7 @@ impl State {
     /// Forgets a deleted Application: metrics series, tracked refs, caches.
     fn forget(&self, ctx: &Context, app: &Application) {
         let key = ns_name(app);
-        if let Some(labels) = lock(&self.info_labels).remove(&key) {
-            let refs: Vec<&str> = labels.iter().map(String::as_str).collect();
-            let _ = ctx.metrics.app_info.remove_label_values(&refs);
-        }
+        self.info.forget(&ctx.metrics.app_info, &key);
         ctx.notifier.untrack(&owner_key(app));
         lock(&self.resolutions).remove(&key);
         lock(&self.self_heal).remove(&key);
@@ -277,18 +271,7 @@ impl State {
 
     /// Sets `capstan_app_info` for `app`, removing its previous label set when it changed.
     fn record_info(&self, ctx: &Context, app: &Application, labels: Vec<String>) {
-        let key = ns_name(app);
-        let mut map = lock(&self.info_labels);
-        if let Some(old) = map.get(&key) {
-            if *old == labels {
-                return;
-            }
-            let refs: Vec<&str> = old.iter().map(String::as_str).collect();
-            let _ = ctx.metrics.app_info.remove_label_values(&refs);
-        }
-        let refs: Vec<&str> = labels.iter().map(String::as_str).collect();
-        ctx.metrics.app_info.with_label_values(&refs).set(1);
-        map.insert(key, labels);
+        self.info.record(&ctx.metrics.app_info, ns_name(app), labels);
     }
 
     fn deletion_failed(&self, app: &Application) -> u32 {
@@ -377,17 +360,21 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) -> anyhow::Result<()> {
         .default_backoff()
         .reflect(repo_writer)
         .touched_objects();
-    let _ = state.repositories.set(repo_reader);
+    let _ = state.stores.repositories.set(repo_reader);
     let policy_sets = policy_set_stream(&client, &state);
-    let _ = state.applications.set(reader.clone());
+    let _ = state.stores.applications.set(reader.clone());
     let peers_stream = peers_stream(&client, &ctx, &state);
-    spawn_revision_listener(&ctx, &state, reader.clone());
+    let listener = Arc::clone(&state);
+    on_new_commits(Arc::clone(&ctx.notifier), reader.clone(), move |app| {
+        listener.force(format!("{}/{}", app.namespace.as_deref().unwrap_or_default(), app.name));
+        let _ = listener.trigger.send(app);
+    });
     spawn_repository_drain(repos);
     let mapper_store = reader.clone();
     let (policy_store, operator_ns) = (reader.clone(), ctx.namespace().to_string());
     // NB: not a plain `wait_until_ready` in a task: kube-runtime wakes only one waiter.
     crate::controllers::mark_ready_when_synced(Arc::clone(&ctx), CONTROLLER, reader.clone());
-    Controller::for_stream(apps, reader)
+    let controller = Controller::for_stream(apps, reader)
         .watches_stream(peers_stream, move |app: Application| {
             dependents_of(&mapper_store.state(), &app)
         })
@@ -396,27 +383,11 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) -> anyhow::Result<()> {
         })
         .reconcile_on(UnboundedReceiverStream::new(triggers))
         .with_config(kube::runtime::controller::Config::default().concurrency(ctx.settings.app_concurrency))
-        .graceful_shutdown_on(shutdown.wait())
-        .run(
-            move |app, ctx| {
-                let state = Arc::clone(&state);
-                async move {
-                    let fut = reconcile(Arc::clone(&app), Arc::clone(&ctx), state);
-                    instrumented(CONTROLLER, app.as_ref(), &ctx, fut).await
-                }
-            },
-            error_policy::<Application>,
-            ctx,
-        )
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                match e {
-                    kube::runtime::controller::Error::ReconcilerFailed(..) => {}
-                    other => tracing::debug!(controller = CONTROLLER, "controller event: {other}"),
-                }
-            }
-        })
-        .await;
+        .graceful_shutdown_on(shutdown.wait());
+    run_controller(controller, CONTROLLER, ctx, move |app, ctx| {
+        reconcile(app, ctx, Arc::clone(&state))
+    })
+    .await;
     Ok(())
 }
 
@@ -427,7 +398,7 @@ fn policy_set_stream(
     state: &Arc<State>,
 ) -> impl futures::Stream<Item = Result<PolicySet, watcher::Error>> + Send + 'static {
     let (policy_reader, policy_writer) = reflector::store();
-    let _ = state.policy_sets.set(policy_reader);
+    let _ = state.stores.policy_sets.set(policy_reader);
     let listed_state = Arc::clone(state);
     watcher(Api::<PolicySet>::all(client.clone()), watcher::Config::default())
         .default_backoff()
@@ -483,38 +454,6 @@ fn spawn_repository_drain(repos: impl futures::Stream<Item = Result<Repository, 
     tokio::spawn(async move {
         let mut repos = std::pin::pin!(repos);
         while repos.next().await.is_some() {}
-    });
-}
-
-/// New commits on tracked refs → force a resolution of and reconcile exactly the Applications
-/// tracking them. A lagging receiver reconciles everything (level-triggered).
-fn spawn_revision_listener(ctx: &Arc<Context>, state: &Arc<State>, store: Store<Application>) {
-    let mut changes = ctx.notifier.subscribe();
-    let (ctx, state) = (Arc::clone(ctx), Arc::clone(state));
-    tokio::spawn(async move {
-        loop {
-            match changes.recv().await {
-                Ok(change) => {
-                    for owner in ctx.notifier.owners_tracking(&change) {
-                        let Some(rest) = owner.strip_prefix("Application/") else {
-                            continue;
-                        };
-                        let Some((ns, name)) = rest.split_once('/') else {
-                            continue;
-                        };
-                        state.force(format!("{ns}/{name}"));
-                        let _ = state.trigger.send(ObjectRef::new(name).within(ns));
-                    }
-                }
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                    for app in store.state() {
-                        state.force(ns_name(app.as_ref()));
-                        let _ = state.trigger.send(ObjectRef::from_obj(app.as_ref()));
-                    }
-                }
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-            }
-        }
     });
 }
 

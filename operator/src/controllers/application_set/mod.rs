@@ -56,12 +56,13 @@ use kube::{Resource, ResourceExt};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
-use super::error::{error_policy, Error, KubeStep};
-use super::notifier::owner_key;
+use super::error::{Error, KubeStep};
+use super::notifier::{on_new_commits, owner_key};
 use super::status::{find_condition, now, patch_params, write_status, MAX_MESSAGE_LEN};
-use super::{instrumented, lock, ns_name, Context, Shutdown};
+use super::{lock, ns_name, run_controller, Context, Shutdown};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use super::stores::Stores;
 use crate::api::application_set::{
     ApplicationSet, ApplicationSetApplicationStatus, ApplicationSetResource, ApplicationSetStatus, StrategyType,
 };
@@ -69,6 +70,7 @@ use crate::api::conditions::{CONDITION_ERROR_OCCURRED, STATUS_TRUE};
 use crate::api::labels::{APPLICATION_SET_REFRESH_ANNOTATION, ARGOCD_APPLICATION_SET_REFRESH_ANNOTATION};
 use crate::api::{Application, Cluster, Repository};
 use crate::appset::{generate, referenced_repositories, AppSetError, GeneratedApp, Inputs, Limits};
+use crate::metrics::InfoSeries;
 use crate::text::truncate;
 use inputs::{CheckoutTrees, TreeCache};
 use status::{Observed, Outcome};
@@ -86,12 +88,10 @@ const MAX_NAMES_IN_EVENT: usize = 20;
 
 /// Controller-local state shared by reconciles (memory only).
 pub struct State {
-    applications: OnceLock<Store<Application>>,
-    clusters: OnceLock<Store<Cluster>>,
-    repositories: OnceLock<Store<Repository>>,
+    stores: Stores,
     trees: TreeCache,
     forced: Mutex<HashSet<String>>,
-    info_labels: Mutex<HashMap<String, Vec<String>>>,
+    info: InfoSeries,
     trigger: mpsc::UnboundedSender<ObjectRef<ApplicationSet>>,
     /// Generation limits (tests and benchmarks lower or raise them).
     pub limits: Limits,
@@ -102,12 +102,10 @@ impl State {
     pub fn new() -> (Arc<State>, mpsc::UnboundedReceiver<ObjectRef<ApplicationSet>>) {
         let (trigger, rx) = mpsc::unbounded_channel();
         let state = State {
-            applications: OnceLock::new(),
-            clusters: OnceLock::new(),
-            repositories: OnceLock::new(),
+            stores: Stores::default(),
             trees: TreeCache::default(),
             forced: Mutex::default(),
-            info_labels: Mutex::default(),
+            info: InfoSeries::default(),
             trigger,
             limits: Limits::default(),
         };
@@ -121,10 +119,7 @@ impl State {
     /// Forgets a deleted set: metrics series and tracked refs.
     fn forget(&self, ctx: &Context, set: &ApplicationSet) {
         let (ns, name) = (set.namespace().unwrap_or_default(), set.name_any());
-        if let Some(labels) = lock(&self.info_labels).remove(&ns_name(set)) {
-            let refs: Vec<&str> = labels.iter().map(String::as_str).collect();
-            let _ = ctx.metrics.appset_info.remove_label_values(&refs);
-        }
+        self.info.forget(&ctx.metrics.appset_info, &ns_name(set));
         let _ = ctx.metrics.appset_owned_applications.remove_label_values(&[&ns, &name]);
         let _ = ctx.metrics.appset_reconcile_duration.remove_label_values(&[&ns, &name]);
         ctx.notifier.untrack(&owner_key(set));
@@ -136,17 +131,7 @@ impl State {
             set.name_any(),
             update_status.to_owned(),
         ];
-        let mut map = lock(&self.info_labels);
-        if let Some(old) = map.get(&ns_name(set)) {
-            if *old == labels {
-                return;
-            }
-            let refs: Vec<&str> = old.iter().map(String::as_str).collect();
-            let _ = ctx.metrics.appset_info.remove_label_values(&refs);
-        }
-        let refs: Vec<&str> = labels.iter().map(String::as_str).collect();
-        ctx.metrics.appset_info.with_label_values(&refs).set(1);
-        map.insert(ns_name(set), labels);
+        self.info.record(&ctx.metrics.appset_info, ns_name(set), labels);
     }
 }
 
@@ -372,11 +357,11 @@ async fn inputs(
     set: &ApplicationSet,
 ) -> Result<(Vec<Cluster>, Vec<Arc<Repository>>), Error> {
     let ns = set.namespace().unwrap_or_default();
-    let all_clusters = snapshot(&state.clusters, Api::all(ctx.client.clone()))
+    let all_clusters = snapshot(&state.stores.clusters, Api::all(ctx.client.clone()))
         .await
         .map_err(KubeStep::Read.err())?;
     let clusters = inputs::clusters_for(&all_clusters, &ns, ctx.namespace());
-    let repos = snapshot(&state.repositories, Api::all(ctx.client.clone()))
+    let repos = snapshot(&state.stores.repositories, Api::all(ctx.client.clone()))
         .await
         .map_err(KubeStep::Read.err())?;
     Ok((clusters, repos))
@@ -416,7 +401,7 @@ async fn apply_generated(
     now: &Time,
 ) -> Result<Reconciled, Error> {
     let ns = set.namespace().unwrap_or_default();
-    let existing: Vec<Arc<Application>> = snapshot(&state.applications, Api::all(ctx.client.clone()))
+    let existing: Vec<Arc<Application>> = snapshot(&state.stores.applications, Api::all(ctx.client.clone()))
         .await
         .map_err(KubeStep::Read.err())?
         .into_iter()
@@ -692,17 +677,22 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) -> anyhow::Result<()> {
         .default_backoff()
         .reflect(repo_writer)
         .touched_objects();
-    let _ = state.applications.set(app_reader);
-    let _ = state.clusters.set(cluster_reader);
-    let _ = state.repositories.set(repo_reader);
+    let _ = state.stores.applications.set(app_reader);
+    let _ = state.stores.clusters.set(cluster_reader);
+    let _ = state.stores.repositories.set(repo_reader);
     tokio::spawn(async move {
         let mut repos = std::pin::pin!(repos);
         while repos.next().await.is_some() {}
     });
-    spawn_revision_listener(&ctx, &state, reader.clone());
+    let listener = Arc::clone(&state);
+    on_new_commits(Arc::clone(&ctx.notifier), reader.clone(), move |set| {
+        let key = format!("{}/{}", set.namespace.as_deref().unwrap_or_default(), set.name);
+        lock(&listener.forced).insert(key);
+        let _ = listener.trigger.send(set);
+    });
     crate::controllers::mark_ready_when_synced(Arc::clone(&ctx), CONTROLLER, reader.clone());
     let (mapper_store, operator_ns) = (reader.clone(), ctx.namespace().to_string());
-    Controller::for_stream(sets, reader)
+    let controller = Controller::for_stream(sets, reader)
         .owns_stream(apps)
         .watches_stream(clusters, move |cluster: Cluster| {
             let cns = cluster.namespace().unwrap_or_default();
@@ -717,49 +707,10 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) -> anyhow::Result<()> {
                 .collect::<Vec<_>>()
         })
         .reconcile_on(UnboundedReceiverStream::new(triggers))
-        .graceful_shutdown_on(shutdown.wait())
-        .run(
-            move |set, ctx| {
-                let state = Arc::clone(&state);
-                async move {
-                    let fut = reconcile(Arc::clone(&set), Arc::clone(&ctx), state);
-                    instrumented(CONTROLLER, set.as_ref(), &ctx, fut).await
-                }
-            },
-            error_policy::<ApplicationSet>,
-            ctx,
-        )
-        .for_each(|_| async {})
-        .await;
+        .graceful_shutdown_on(shutdown.wait());
+    run_controller(controller, CONTROLLER, ctx, move |set, ctx| {
+        reconcile(set, ctx, Arc::clone(&state))
+    })
+    .await;
     Ok(())
-}
-
-/// New commits on tracked refs → force a fresh resolution and reconcile exactly the sets tracking
-/// them. A lagging receiver reconciles everything.
-fn spawn_revision_listener(ctx: &Arc<Context>, state: &Arc<State>, store: Store<ApplicationSet>) {
-    let mut changes = ctx.notifier.subscribe();
-    let (ctx, state) = (Arc::clone(ctx), Arc::clone(state));
-    tokio::spawn(async move {
-        loop {
-            match changes.recv().await {
-                Ok(change) => {
-                    for owner in ctx.notifier.owners_tracking(&change) {
-                        let Some((ns, name)) = owner.strip_prefix("ApplicationSet/").and_then(|r| r.split_once('/'))
-                        else {
-                            continue;
-                        };
-                        lock(&state.forced).insert(format!("{ns}/{name}"));
-                        let _ = state.trigger.send(ObjectRef::new(name).within(ns));
-                    }
-                }
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                    for set in store.state() {
-                        lock(&state.forced).insert(ns_name(set.as_ref()));
-                        let _ = state.trigger.send(ObjectRef::from_obj(set.as_ref()));
-                    }
-                }
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-            }
-        }
-    });
 }
