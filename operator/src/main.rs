@@ -171,22 +171,13 @@ async fn operate(args: RunArgs) -> anyhow::Result<()> {
     };
     servers.spawn(http::serve(listener, http_state, shutdown.clone()));
 
-    let mut secret_watch = None;
-    if let Some(addr) = args.webhook_addr {
-        let (secrets, watch) = webhook::watch_secret(client, ctx.namespace());
-        secret_watch = Some(tokio::spawn(watch));
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("--webhook-addr {addr}"))?;
-        tracing::info!("serving {} on {}", webhook::PATH, listener.local_addr()?);
-        let state = webhook::WebhookState {
-            secrets: Arc::new(secrets),
-            target: ctx.notifier.clone(),
-            metrics: Some(metrics),
-            max_body: args.webhook_max_body,
-        };
-        servers.spawn(webhook::serve(listener, state, shutdown.clone()));
-    }
+    let secret_watch = match args.webhook_addr {
+        Some(addr) => {
+            let webhook = (addr, args.webhook_max_body);
+            Some(serve_webhook(&ctx, client, metrics, webhook, (&mut servers, &shutdown)).await?)
+        }
+        None => None,
+    };
 
     let reporter =
         reporter_metrics.map(|m| tokio::spawn(capstan::reporter::run(Arc::clone(&ctx), m, shutdown.clone())));
@@ -205,6 +196,38 @@ async fn operate(args: RunArgs) -> anyhow::Result<()> {
     if let Some(watch) = secret_watch {
         watch.abort();
     }
+    drain(servers).await;
+    tracing::info!("stopped");
+    result
+}
+
+/// Starts the webhook receiver on `addr` (bodies up to `max_body` bytes) in `servers`; returns the
+/// task that watches its Secret (stopped by the caller: it does not follow the shutdown signal).
+async fn serve_webhook(
+    ctx: &Context,
+    client: kube::Client,
+    metrics: Metrics,
+    (addr, max_body): (SocketAddr, usize),
+    (servers, shutdown): (&mut tokio::task::JoinSet<std::io::Result<()>>, &Shutdown),
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    let (secrets, watch) = webhook::watch_secret(client, ctx.namespace());
+    let secret_watch = tokio::spawn(watch);
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("--webhook-addr {addr}"))?;
+    tracing::info!("serving {} on {}", webhook::PATH, listener.local_addr()?);
+    let state = webhook::WebhookState {
+        secrets: Arc::new(secrets),
+        target: ctx.notifier.clone(),
+        metrics: Some(metrics),
+        max_body,
+    };
+    servers.spawn(webhook::serve(listener, state, shutdown.clone()));
+    Ok(secret_watch)
+}
+
+/// Waits (bounded) for the servers to stop after the shutdown signal; aborts those that did not.
+async fn drain(mut servers: tokio::task::JoinSet<std::io::Result<()>>) {
     let drained = tokio::time::timeout(Duration::from_secs(5), async {
         while let Some(joined) = servers.join_next().await {
             if let Ok(Err(e)) = joined {
@@ -216,6 +239,4 @@ async fn operate(args: RunArgs) -> anyhow::Result<()> {
     if drained.is_err() {
         servers.abort_all();
     }
-    tracing::info!("stopped");
-    result
 }

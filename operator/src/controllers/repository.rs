@@ -403,6 +403,8 @@ fn validate_proxy_field(repo: &Repository) -> Result<(), String> {
     }
 }
 
+/// One reconcile of a Repository: check the spec, resolve the credentials, list the remote (verifying
+/// the tracked commits when asked), write the status, then publish the tracked refs that moved.
 async fn reconcile(repo: &Repository, ctx: &Context, state: &State) -> Result<Action, Error> {
     let ns = repo
         .namespace()
@@ -413,44 +415,13 @@ async fn reconcile(repo: &Repository, ctx: &Context, state: &State) -> Result<Ac
         return reconcile_template(repo, ctx, state, &api).await;
     }
 
-    let validated = match validate(repo) {
+    let Validated { url, key, poll } = match validate(repo) {
         Ok(v) => v,
-        Err(message) => {
-            let message = sanitize(&Credentials::default(), &message);
-            finish(
-                ctx,
-                &api,
-                repo,
-                &Observation::Invalid {
-                    message: message.clone(),
-                },
-                &[],
-            )
-            .await?;
-            return Err(Error::InvalidSpec(message));
-        }
+        Err(message) => return invalid_spec(ctx, &api, repo, &message).await,
     };
-    let Validated { url, key, poll } = validated;
-
     let creds = match resolve_credentials(ctx, state, repo, &ns, &url).await {
         Ok(c) => c,
-        Err(Error::Dependency {
-            category,
-            message,
-            retry_after,
-        }) => {
-            let observation = Observation::Failed {
-                reason: category,
-                message: message.clone(),
-            };
-            finish(ctx, &api, repo, &observation, &[]).await?;
-            return Err(Error::Dependency {
-                category,
-                message,
-                retry_after: retry_after.min(poll),
-            });
-        }
-        Err(e) => return Err(e),
+        Err(e) => return credentials_failed(ctx, &api, repo, e, poll).await,
     };
 
     let remote = Remote {
@@ -488,6 +459,46 @@ async fn reconcile(repo: &Repository, ctx: &Context, state: &State) -> Result<Ac
         }),
         _ => Ok(Action::requeue(poll)),
     }
+}
+
+/// An invalid spec: the status says why; the error is permanent (the next change of the spec wakes
+/// the Repository).
+async fn invalid_spec(ctx: &Context, api: &Api<Repository>, repo: &Repository, message: &str) -> Result<Action, Error> {
+    let message = sanitize(&Credentials::default(), message);
+    let observation = Observation::Invalid {
+        message: message.clone(),
+    };
+    finish(ctx, api, repo, &observation, &[]).await?;
+    Err(Error::InvalidSpec(message))
+}
+
+/// The credentials cannot be resolved: a dependency failure goes to the status and is retried no later
+/// than the next poll; any other error is returned as it is.
+async fn credentials_failed(
+    ctx: &Context,
+    api: &Api<Repository>,
+    repo: &Repository,
+    error: Error,
+    poll: Duration,
+) -> Result<Action, Error> {
+    let Error::Dependency {
+        category,
+        message,
+        retry_after,
+    } = error
+    else {
+        return Err(error);
+    };
+    let observation = Observation::Failed {
+        reason: category,
+        message: message.clone(),
+    };
+    finish(ctx, api, repo, &observation, &[]).await?;
+    Err(Error::Dependency {
+        category,
+        message,
+        retry_after: retry_after.min(poll),
+    })
 }
 
 /// A credential template: only its URL and proxy are checked (it is never listed); the Repositories it
