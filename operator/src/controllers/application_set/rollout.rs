@@ -307,6 +307,9 @@ pub struct Advanced {
     pub progressing: bool,
 }
 
+/// What each generated Application wants, by name: its labels and its automated prune flag.
+pub type Wanted<'a> = (&'a HashMap<String, BTreeMap<String, String>>, &'a HashMap<String, bool>);
+
 /// One step of the rollout of `set` over its Applications (`owned`; `None`: created in this reconcile,
 /// not in the cache yet): [`decide`], then the sync requests it allows. `wanted` holds the labels and
 /// the automated prune flag of each generated Application. An Application created just now waits for
@@ -315,7 +318,7 @@ pub async fn advance(
     api: &Api<Application>,
     set: &ApplicationSet,
     owned: &BTreeMap<String, Option<Arc<Application>>>,
-    (labels, prunes): (&HashMap<String, BTreeMap<String, String>>, &HashMap<String, bool>),
+    (labels, prunes): Wanted<'_>,
     now: &Time,
 ) -> Advanced {
     let steps = set

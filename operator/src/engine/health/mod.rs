@@ -281,8 +281,6 @@ fn caused_by(causes: &[String]) -> Option<String> {
     })
 }
 
-/// `s` cut to at most `max` characters, with an ellipsis when cut.
-
 // ---- helpers shared by the per-kind checks ----
 
 /// A health with a message; an empty message is no message (Argo CD's `""`).

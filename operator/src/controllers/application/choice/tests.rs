@@ -193,8 +193,10 @@ fn expect(next: &'static str) -> Got {
 fn choice_table() {
     let pending = Problem::new("PolicyPending", "waiting for the PolicySets to be listed");
     let denied = Problem::new("PolicyDenied", "sync denied by policy: no");
-    let mut rollback = Operation::default();
-    rollback.rollback = Some(RollbackOperation { id: 1 });
+    let rollback = Operation {
+        rollback: Some(RollbackOperation { id: 1 }),
+        ..Operation::default()
+    };
     let history = vec![RevisionHistory {
         id: 1,
         revision: OLD.into(),
