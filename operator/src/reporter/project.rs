@@ -16,9 +16,9 @@ use crate::source::url::strip_userinfo_and_query;
 pub const CAPSTAN_API_VERSION: &str = "capstan.dev/v1alpha1";
 /// Conditions kept per object.
 pub const MAX_CONDITIONS: usize = 10;
-/// Characters kept of a condition message.
+/// Bytes kept of a condition message (cut by `text::truncate`, the marker inside).
 pub const MAX_CONDITION_MESSAGE: usize = 512;
-/// Characters kept of any other free text (health and operation messages, URLs, paths).
+/// Bytes kept of any other free text (health and operation messages, URLs, paths), cut the same way.
 pub const MAX_TEXT: usize = 2048;
 /// History entries kept (the newest).
 pub const MAX_HISTORY: usize = 5;
@@ -143,9 +143,9 @@ struct Budget {
 impl Budget {
     fn text(&mut self, v: Option<&Value>, max: usize) -> Value {
         match v.and_then(Value::as_str) {
-            Some(s) if s.chars().count() > max => {
+            Some(s) if s.len() > max => {
                 self.truncated = true;
-                Value::String(crate::engine::plan::truncate(s, max))
+                Value::String(crate::text::truncate(s, max))
             }
             Some(s) => Value::String(s.to_string()),
             None => Value::Null,

@@ -91,7 +91,7 @@ fn budgets_cut_and_say_so() {
     assert!(p.truncated);
     assert!(json_len(&p.status) < MAX_ITEM_BYTES);
     assert_eq!(
-        p.status["conditions"][0]["message"].as_str().unwrap().chars().count(),
+        p.status["conditions"][0]["message"].as_str().unwrap().len(),
         MAX_CONDITION_MESSAGE
     );
     let mut many = app("m");
