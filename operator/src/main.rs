@@ -146,15 +146,7 @@ async fn operate(args: RunArgs) -> anyhow::Result<()> {
     let cache_dir = args
         .cache_dir
         .unwrap_or_else(|| std::env::temp_dir().join("capstan-git"));
-    let git = Git2Source::new(
-        cache_dir,
-        GitConfig {
-            total_timeout: git_timeout,
-            io_timeout: git_timeout.min(Duration::from_secs(15)),
-            connect_timeout: git_timeout.min(Duration::from_secs(10)),
-            ..GitConfig::default()
-        },
-    );
+    let git = git_source(cache_dir, git_timeout);
     let ctx = Arc::new(
         Context::new(client.clone(), settings, Arc::new(git), metrics.clone()).with_clusters(Arc::new(clusters)),
     );
@@ -199,6 +191,20 @@ async fn operate(args: RunArgs) -> anyhow::Result<()> {
     drain(servers).await;
     tracing::info!("stopped");
     result
+}
+
+/// The Git source: clones cached under `cache_dir`; every operation bounded by `--git-timeout`, and
+/// connecting and each read by at most 10 s and 15 s of it.
+fn git_source(cache_dir: PathBuf, git_timeout: Duration) -> Git2Source {
+    Git2Source::new(
+        cache_dir,
+        GitConfig {
+            total_timeout: git_timeout,
+            io_timeout: git_timeout.min(Duration::from_secs(15)),
+            connect_timeout: git_timeout.min(Duration::from_secs(10)),
+            ..GitConfig::default()
+        },
+    )
 }
 
 /// Starts the webhook receiver on `addr` (bodies up to `max_body` bytes) in `servers`; returns the

@@ -222,6 +222,32 @@ pub fn instance_name() -> String {
     format!("{host}-{:04x}", policy::random_u64() & 0xffff)
 }
 
+/// The state the reporter's tasks share, empty: nothing cached, no endpoint until the settings watch
+/// reads one from `endpoint`.
+fn new_shared(
+    ctx: &Arc<Context>,
+    metrics: ReporterMetrics,
+    endpoint: channel::Receiver<Option<Arc<Endpoint>>>,
+) -> Arc<Shared> {
+    Arc::new(Shared {
+        cache: Mutex::new(Cache::new(dirty::DEFAULT_CAP)),
+        full_batch: Notify::new(),
+        synced: Mutex::new(HashSet::new()),
+        gate: Mutex::new(Gate::default()),
+        endpoint,
+        metrics,
+        instance: instance_name(),
+        namespace: ctx.namespace().to_string(),
+        kubernetes_version: Mutex::new(String::new()),
+        ctx: Arc::clone(ctx),
+        stale_epoch: Mutex::new(None),
+        resync_request: Mutex::new(None),
+        recent_tasks: Mutex::new(tasks::RecentTasks::default()),
+        reconnected: Notify::new(),
+        unacked: Mutex::new(Default::default()),
+    })
+}
+
 /// Runs the reporter until `shutdown`: watchers, the settings watch, the Lease, and (while leading)
 /// the sender, heartbeats and tasks.
 pub async fn run(ctx: Arc<Context>, metrics: ReporterMetrics, shutdown: Shutdown) -> anyhow::Result<()> {
@@ -229,23 +255,7 @@ pub async fn run(ctx: Arc<Context>, metrics: ReporterMetrics, shutdown: Shutdown
     let client = ctx.client.clone();
     let namespace = ctx.namespace().to_string();
     let (endpoint_tx, endpoint_rx) = channel::channel(None);
-    let shared = Arc::new(Shared {
-        cache: Mutex::new(Cache::new(dirty::DEFAULT_CAP)),
-        full_batch: Notify::new(),
-        synced: Mutex::new(HashSet::new()),
-        gate: Mutex::new(Gate::default()),
-        endpoint: endpoint_rx,
-        metrics,
-        instance: instance_name(),
-        namespace: namespace.clone(),
-        kubernetes_version: Mutex::new(String::new()),
-        ctx: Arc::clone(&ctx),
-        stale_epoch: Mutex::new(None),
-        resync_request: Mutex::new(None),
-        recent_tasks: Mutex::new(tasks::RecentTasks::default()),
-        reconnected: Notify::new(),
-        unacked: Mutex::new(Default::default()),
-    });
+    let shared = new_shared(&ctx, metrics, endpoint_rx);
     tracing::info!(instance = shared.instance, "reporter starting");
     if let Ok(v) = client.apiserver_version().await {
         *lock(&shared.kubernetes_version) = v.git_version;

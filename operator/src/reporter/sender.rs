@@ -18,6 +18,7 @@ use super::config::{Checkpoint, CHECKPOINT_NAME, SETTINGS_NAME};
 use super::policy::{backoff, classify, random_unit, Verdict};
 use super::project::Kind;
 use super::state::{Batch, DigestChunk, Phase, Term, MAX_BATCH_ITEMS};
+use super::tasks::FIELD_MANAGER;
 use super::wire::{self, DigestAnswer, DigestBody, HeartbeatBody, PlainAnswer, ReportAnswer, ReportBody};
 use super::{Endpoint, Shared};
 use crate::controllers::{lock, Shutdown};
@@ -171,9 +172,13 @@ async fn write_checkpoint(api: &Api<ConfigMap>, cp: &Checkpoint, rv: Option<&str
         data: Some(cp.render()),
         ..Default::default()
     };
+    let params = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..PostParams::default()
+    };
     let written = match rv {
-        Some(_) => api.replace(CHECKPOINT_NAME, &PostParams::default(), &cm).await?,
-        None => api.create(&PostParams::default(), &cm).await?,
+        Some(_) => api.replace(CHECKPOINT_NAME, &params, &cm).await?,
+        None => api.create(&params, &cm).await?,
     };
     Ok(written.metadata.resource_version.unwrap_or_default())
 }
@@ -283,25 +288,8 @@ async fn term_loop(
             run.term.phase = phase;
         }
         if matches!(run.term.phase, Phase::Digest { .. }) && in_flight.is_none() && run.term.pending.is_empty() {
-            if digest_in_flight.is_none() {
-                digest_in_flight = run.term.next_digest_chunk(&lock(&shared.cache));
-            }
-            if let Some(chunk) = digest_in_flight.take() {
-                match send_digest(shared, run, &chunk, shutdown).await {
-                    Some(Outcome::Ok(need)) => {
-                        tracing::info!(
-                            part = chunk.part,
-                            listed = chunk.items.len(),
-                            needed = need.len(),
-                            "digest chunk answered"
-                        );
-                        run.term
-                            .digest_answered(&mut lock(&shared.cache), &chunk, &need, Instant::now());
-                    }
-                    Some(Outcome::StepDown(n)) => return TermEnd::StepDown(n),
-                    Some(_) => digest_in_flight = Some(chunk),
-                    None => return TermEnd::Shutdown,
-                }
+            if let Err(end) = digest_step(shared, run, &mut digest_in_flight, shutdown).await {
+                return end;
             }
             continue;
         }
@@ -334,25 +322,74 @@ async fn term_loop(
         if !matches!(outcome, Some(Outcome::Again | Outcome::Resync)) {
             shared.note_unacked(run.term.pending.iter());
         }
-        match outcome {
-            None => return TermEnd::Shutdown,
-            Some(Outcome::Ok(answer)) => acked(shared, run, batch, answer),
-            Some(Outcome::Split) => {
-                if let Some((kind, op)) = run.term.split(batch) {
-                    tracing::warn!(kind, op, "the receiver refused one item as invalid; dropped");
-                    shared.metrics.items_dropped.with_label_values(&["invalid"]).inc();
-                    shared.metrics.items.with_label_values(&[&kind, op, "dropped"]).inc();
-                }
-            }
-            Some(Outcome::Halve) => run.term.halve(batch),
-            Some(Outcome::Again) => in_flight = Some(batch),
-            Some(Outcome::StepDown(n)) => return TermEnd::StepDown(n),
-            Some(Outcome::Resync) => {
-                in_flight = Some(batch);
-                resync(shared, run, "digest", "conflict");
-            }
+        let Some(outcome) = outcome else {
+            return TermEnd::Shutdown;
+        };
+        if let Err(end) = batch_answered(shared, run, batch, outcome, &mut in_flight) {
+            return end;
         }
     }
+}
+
+/// One step of the digest phase: sends the next chunk of the digest (or again the one in flight) and
+/// records which objects the receiver needs. `Err` ends the term.
+async fn digest_step(
+    shared: &Arc<Shared>,
+    run: &mut Running,
+    digest_in_flight: &mut Option<DigestChunk>,
+    shutdown: &Shutdown,
+) -> Result<(), TermEnd> {
+    if digest_in_flight.is_none() {
+        *digest_in_flight = run.term.next_digest_chunk(&lock(&shared.cache));
+    }
+    let Some(chunk) = digest_in_flight.take() else {
+        return Ok(());
+    };
+    match send_digest(shared, run, &chunk, shutdown).await {
+        Some(Outcome::Ok(need)) => {
+            tracing::info!(
+                part = chunk.part,
+                listed = chunk.items.len(),
+                needed = need.len(),
+                "digest chunk answered"
+            );
+            run.term
+                .digest_answered(&mut lock(&shared.cache), &chunk, &need, Instant::now());
+        }
+        Some(Outcome::StepDown(n)) => return Err(TermEnd::StepDown(n)),
+        Some(_) => *digest_in_flight = Some(chunk),
+        None => return Err(TermEnd::Shutdown),
+    }
+    Ok(())
+}
+
+/// What the answer to `batch` means for the term: acknowledged, split or halved, sent again (back in
+/// `in_flight`), a resync, or (`Err`) the end of the term.
+fn batch_answered(
+    shared: &Shared,
+    run: &mut Running,
+    batch: Batch,
+    outcome: Outcome<ReportAnswer>,
+    in_flight: &mut Option<Batch>,
+) -> Result<(), TermEnd> {
+    match outcome {
+        Outcome::Ok(answer) => acked(shared, run, batch, answer),
+        Outcome::Split => {
+            if let Some((kind, op)) = run.term.split(batch) {
+                tracing::warn!(kind, op, "the receiver refused one item as invalid; dropped");
+                shared.metrics.items_dropped.with_label_values(&["invalid"]).inc();
+                shared.metrics.items.with_label_values(&[&kind, op, "dropped"]).inc();
+            }
+        }
+        Outcome::Halve => run.term.halve(batch),
+        Outcome::Again => *in_flight = Some(batch),
+        Outcome::StepDown(n) => return Err(TermEnd::StepDown(n)),
+        Outcome::Resync => {
+            *in_flight = Some(batch);
+            resync(shared, run, "digest", "conflict");
+        }
+    }
+    Ok(())
 }
 
 /// Starts a digest round or a full snapshot the receiver asked for.
@@ -540,10 +577,7 @@ impl Shared {
             Verdict::Ack => match serde_json::from_slice::<T>(&answer.body) {
                 Ok(parsed) => {
                     *attempt = 0;
-                    if m.connected.get() == 0 {
-                        m.connected.set(1);
-                        self.reconnected.notify_waiters();
-                    }
+                    self.mark_connected();
                     Some(Outcome::Ok(parsed))
                 }
                 Err(_) => {
@@ -572,15 +606,7 @@ impl Shared {
             }
             Verdict::Resync => Some(Outcome::Resync),
             Verdict::Wait(d) => {
-                m.retries.with_label_values(&["retry_after"]).inc();
-                m.connected.set(1);
-                self.note_error(format!(
-                    "{name}: HTTP {code}: the receiver asks to wait {}s",
-                    d.as_secs()
-                ));
-                let mut gate = lock(&self.gate);
-                let until = Instant::now() + d;
-                gate.not_before = Some(gate.not_before.map_or(until, |t| t.max(until)));
+                self.wait_as_asked(name, &code, d);
                 Some(Outcome::Again)
             }
             Verdict::Backoff => {
@@ -593,6 +619,27 @@ impl Shared {
                 .await
             }
         }
+    }
+
+    /// An acknowledged answer: the receiver is reachable (again).
+    fn mark_connected(&self) {
+        if self.metrics.connected.get() == 0 {
+            self.metrics.connected.set(1);
+            self.reconnected.notify_waiters();
+        }
+    }
+
+    /// `Retry-After`: no lane sends before `d` has passed (the later of two gates wins).
+    fn wait_as_asked(&self, name: &str, code: &str, d: Duration) {
+        self.metrics.retries.with_label_values(&["retry_after"]).inc();
+        self.metrics.connected.set(1);
+        self.note_error(format!(
+            "{name}: HTTP {code}: the receiver asks to wait {}s",
+            d.as_secs()
+        ));
+        let mut gate = lock(&self.gate);
+        let until = Instant::now() + d;
+        gate.not_before = Some(gate.not_before.map_or(until, |t| t.max(until)));
     }
 
     fn note_error(&self, message: String) {

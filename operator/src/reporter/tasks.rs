@@ -31,7 +31,8 @@ const RECENT: usize = 1024;
 const MAX_RUNNING: usize = 16;
 /// `operation.info` name of the task id.
 pub const TASK_ID_INFO: &str = "capstanTaskId";
-const FIELD_MANAGER: &str = "capstan-reporter";
+/// The field manager of the reporter's writes (the operations of tasks, its checkpoint).
+pub(super) const FIELD_MANAGER: &str = "capstan-reporter";
 
 /// Recent task ids and their results (`None` while running).
 #[derive(Debug, Default)]
@@ -185,7 +186,7 @@ async fn post_result(shared: &Shared, endpoint: &Endpoint, id: &str, result: &Ta
 fn result(state: &'static str, message: impl Into<String>) -> TaskResult {
     TaskResult {
         state,
-        message: crate::engine::plan::truncate(&message.into(), 1024),
+        message: crate::text::truncate(&message.into(), 1024),
     }
 }
 
@@ -241,7 +242,7 @@ async fn carry_out(shared: &Shared, endpoint: &Endpoint, task: &Task) -> TaskRes
         }
         other => result(
             "rejected",
-            format!("unknown task type {:?}", crate::engine::plan::truncate(other, 32)),
+            format!("unknown task type {:?}", crate::text::truncate(other, 32)),
         ),
     }
 }
@@ -278,7 +279,7 @@ pub fn operation_for(task: &Task) -> Result<Value, String> {
     }
     let mut sync = json!({});
     if let Some(rev) = task.args["revision"].as_str() {
-        sync["revision"] = json!(crate::engine::plan::truncate(rev, 256));
+        sync["revision"] = json!(crate::text::truncate(rev, 256));
     }
     for key in ["prune", "dryRun"] {
         if let Some(b) = task.args[key].as_bool() {
