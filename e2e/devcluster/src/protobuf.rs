@@ -1,5 +1,5 @@
 //! Decoding of the Kubernetes protobuf envelope (`k8s\0` + runtime.Unknown) into the JSON object form the
-//! rest of devcluster works on (spec §16): every kind devcluster serves, the review and token kinds, and the
+//! rest of devcluster works on: every kind devcluster serves, the review and token kinds, and the
 //! `DeleteOptions` body of a DELETE. kube-apiserver accepts all of these in protobuf, and Go clients send
 //! protobuf whenever they can: kubectl >= 1.32's typed clients (which never retry a 415 as JSON), and Helm,
 //! which writes and deletes its release Secrets that way. Patch bodies are JSON or YAML by definition.

@@ -1,5 +1,5 @@
-//! Object storage with one global, strictly increasing resourceVersion (spec §5.5) and a bounded event
-//! history for watches (§9.3, §9.4).
+//! Object storage with one global, strictly increasing resourceVersion and a bounded event
+//! history for watches.
 //!
 //! Why this shape: every write goes through [`Store::commit`], a compare-and-swap on the object's
 //! resourceVersion, so request handlers compute new objects *outside* the lock and retry on a race. Objects are
@@ -55,7 +55,7 @@ pub struct ObjRef {
     pub name: String,
 }
 
-/// One committed change. `prev` is the state before (for selector transitions, spec §9.7).
+/// One committed change. `prev` is the state before (for selector transitions).
 #[derive(Debug)]
 pub struct Event {
     pub rv: u64,
@@ -460,8 +460,8 @@ impl Core {
 }
 
 impl Store {
-    /// An in-memory store whose first resourceVersion is `seed_rv + 1` (seed from wall-clock microseconds,
-    /// spec §5.5).
+    /// An in-memory store whose first resourceVersion is `seed_rv + 1` (seed from wall-clock
+    /// microseconds, so a restarted server never hands out a resourceVersion a client still holds).
     pub fn new(seed_rv: u64, history_limit: usize) -> Self {
         Store {
             core: Arc::new(Core::new(seed_rv, history_limit)),

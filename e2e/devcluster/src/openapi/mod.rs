@@ -1,4 +1,4 @@
-//! OpenAPI (spec §4). `/openapi/v3` is an index plus one document per group version; `/openapi/v2` one
+//! OpenAPI. `/openapi/v3` is an index plus one document per group version; `/openapi/v2` one
 //! Swagger 2.0 document for everything, in JSON or protobuf ([`v2`]).
 //!
 //! Each v3 document has the PATCH operation of every resource, declaring the `fieldValidation` query parameter
@@ -7,7 +7,7 @@
 //! built-in kinds ([`builtin`]), the CRD's `openAPIV3Schema` for custom resources. The schemas carry the
 //! `x-kubernetes-group-version-kind` extension that `kubectl explain`, kubectl's validators and client-side
 //! apply look kinds up by. Documents are cached per registry generation and their hash changes whenever their
-//! content does (§4.4); the documents of built-in group versions never change and are built once per process.
+//! content does; the documents of built-in group versions never change and are built once per process.
 
 pub mod builtin;
 pub mod v2;

@@ -1,4 +1,4 @@
-//! The verbs as plain synchronous functions over decoded values (spec §5, §10–§13, §17, §18): create, update,
+//! The verbs as plain synchronous functions over decoded values: create, update,
 //! patch, apply, delete, deletecollection and the scale/status subresources. The HTTP layer and the built-in
 //! controllers both call these, so a controller write behaves exactly like a client write (managedFields,
 //! no-op detection, finalizer rules, events).
@@ -40,7 +40,7 @@ impl Sub {
     }
 }
 
-/// `fieldValidation` (spec §18); absent means Warn.
+/// `fieldValidation`; absent means Warn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FieldValidation {
     Strict,
@@ -118,14 +118,14 @@ pub struct Written {
     pub warnings: Vec<String>,
 }
 
-/// The answer to a delete (spec §12.2).
+/// The answer to a delete.
 #[derive(Debug)]
 pub enum Deleted {
     Object(Value),
     Status(Value),
 }
 
-/// Patch content types (spec §1.4).
+/// Patch content types.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PatchType {
     Json,
@@ -134,7 +134,7 @@ pub enum PatchType {
     Apply,
 }
 
-/// DeleteOptions from the body and/or the query (spec §12.1).
+/// DeleteOptions from the body and/or the query.
 #[derive(Debug, Clone, Default)]
 pub struct DeleteOpts {
     pub propagation: Option<String>,
@@ -362,7 +362,7 @@ pub fn to_storage(ri: &ResourceInfo, obj: Value) -> Value {
 // ------------------------------------------------------------------------------------------------------------
 // Decoding and checks
 
-/// Decode a create/update body by Content-Type (spec §1.4, §16). Returns the object and duplicate-key paths.
+/// Decode a create/update body by Content-Type. Returns the object and duplicate-key paths.
 pub fn decode_body(content_type: &str, body: &[u8]) -> ApiResult<(Value, Vec<String>)> {
     let media = content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
     match media.as_str() {
@@ -402,7 +402,7 @@ fn require_object(v: &Value) -> ApiResult<()> {
     }
 }
 
-/// The body's apiVersion/kind must match the endpoint; missing ones are filled in (spec §5.1).
+/// The body's apiVersion/kind must match the endpoint; missing ones are filled in.
 fn check_type(ri: &ResourceInfo, obj: &mut Value, required: bool) -> ApiResult<()> {
     require_object(obj)?;
     let expected = ri.api_version();
@@ -463,7 +463,7 @@ fn check_name(obj: &mut Value, name: &str) -> ApiResult<()> {
     }
 }
 
-/// Unknown fields and duplicate keys per fieldValidation (spec §18). Unknown fields are removed in every mode:
+/// Unknown fields and duplicate keys per fieldValidation. Unknown fields are removed in every mode:
 /// CRs by structural pruning, built-ins because the real server decodes them into typed structs.
 fn field_validation(
     ri: &ResourceInfo,
@@ -548,7 +548,7 @@ fn bump_generation(obj: &mut Value) {
     meta_mut(obj).insert("generation".into(), json!(g + 1));
 }
 
-/// Equality ignoring managedFields `time` (no-op detection, spec §5.10).
+/// Equality ignoring managedFields `time` (no-op detection).
 pub fn same_object(a: &Value, b: &Value) -> bool {
     if a == b {
         return true;
@@ -606,7 +606,7 @@ fn same_meta(a: &Value, b: &Value) -> bool {
 // ------------------------------------------------------------------------------------------------------------
 // Create
 
-/// Server-owned metadata of a new object (spec §5.2–§5.6), plus per-kind create rules.
+/// Server-owned metadata of a new object, plus per-kind create rules.
 fn prepare_new(ri: &ResourceInfo, obj: &mut Value) {
     let m = meta_mut(obj);
     for k in [
@@ -640,7 +640,7 @@ fn prepare_new(ri: &ResourceInfo, obj: &mut Value) {
     }
 }
 
-/// Name and generateName (spec §5.2).
+/// Name and generateName.
 fn assign_name(ri: &ResourceInfo, obj: &mut Value) -> ApiResult<String> {
     let m = meta_mut(obj);
     let mut name = m.get("name").and_then(Value::as_str).unwrap_or("").to_string();
@@ -751,7 +751,7 @@ fn commit_create(
 // ------------------------------------------------------------------------------------------------------------
 // Update core
 
-/// Keep only what a subresource write may change (spec §11.7).
+/// Keep only what a subresource write may change.
 fn mask(ri: &ResourceInfo, sub: Sub, old: &Value, mut new: Value) -> Value {
     match sub {
         Sub::Status => {
@@ -784,7 +784,7 @@ fn mask(ri: &ResourceInfo, sub: Sub, old: &Value, mut new: Value) -> Value {
     }
 }
 
-/// Copy immutable and server-owned metadata from the stored object (spec §5.9).
+/// Copy immutable and server-owned metadata from the stored object.
 fn keep_server_metadata(old: &Value, new: &mut Value) {
     let om = old["metadata"].as_object().cloned().unwrap_or_default();
     let nm = meta_mut(new);
@@ -814,7 +814,7 @@ fn keep_server_metadata(old: &Value, new: &mut Value) {
     }
 }
 
-/// No new finalizers once deletion started (spec §12.3).
+/// No new finalizers once deletion started.
 fn check_finalizers(ri: &ResourceInfo, old: &Value, new: &Value) -> ApiResult<()> {
     if !is_deleting(old) {
         return Ok(());
@@ -836,7 +836,7 @@ fn check_finalizers(ri: &ResourceInfo, old: &Value, new: &Value) -> ApiResult<()
 }
 
 /// Everything after the new object is computed: masking, metadata rules, defaults, validation, generation,
-/// managedFields, no-op detection, dry-run, and the commit (spec §5, §11.6, §12.3). `old` and `new` are in the
+/// managedFields, no-op detection, dry-run, and the commit. `old` and `new` are in the
 /// endpoint's shape ([`shaped`]); the commit converts to the storage shape.
 #[allow(clippy::too_many_arguments)]
 fn finish_write(
@@ -926,7 +926,7 @@ fn precondition(ri: &ResourceInfo, old: &Value, want: &Option<String>) -> OpResu
 // ------------------------------------------------------------------------------------------------------------
 // Update, patch, apply
 
-/// PUT (spec §6.2): optimistic concurrency on the body's resourceVersion.
+/// PUT: optimistic concurrency on the body's resourceVersion.
 #[allow(clippy::too_many_arguments)]
 pub fn update(
     sh: &Shared,
@@ -988,7 +988,7 @@ fn apply_patch(ri: &ResourceInfo, pt: PatchType, base: &Value, p: &Value) -> Api
     }
 }
 
-/// PATCH with json, merge or strategic patches; apply goes to [`apply`] (spec §10, §11).
+/// PATCH with json, merge or strategic patches; apply goes to [`apply`].
 #[allow(clippy::too_many_arguments)]
 pub fn patch(
     sh: &Shared,
@@ -1037,7 +1037,7 @@ pub fn patch(
     })
 }
 
-/// Server-side apply (spec §11): upsert with field ownership.
+/// Server-side apply: upsert with field ownership.
 #[allow(clippy::too_many_arguments)]
 pub fn apply(
     sh: &Shared,
@@ -1122,7 +1122,7 @@ pub fn apply(
     })
 }
 
-/// What an apply may set for a subresource (spec §11.7).
+/// What an apply may set for a subresource.
 fn mask_applied(ri: &ResourceInfo, sub: Sub, mut applied: Value) -> Value {
     match sub {
         Sub::Status => {
@@ -1180,7 +1180,7 @@ fn selector_string(sel: &Value) -> Option<String> {
     )
 }
 
-/// The `autoscaling/v1 Scale` view of an object (spec §3.1, §13.5).
+/// The `autoscaling/v1 Scale` view of an object.
 pub fn scale_of(ri: &ResourceInfo, obj: &Value) -> ApiResult<Value> {
     let Some(spec) = &ri.scale else {
         return Err(ApiError::no_such_path());
@@ -1302,7 +1302,7 @@ fn check_preconditions(ri: &ResourceInfo, old: &Value, o: &DeleteOpts) -> ApiRes
     Ok(())
 }
 
-/// The finalizer a propagation policy adds (spec §12.4).
+/// The finalizer a propagation policy adds.
 fn policy_finalizer(o: &DeleteOpts) -> ApiResult<Option<&'static str>> {
     match o.propagation.as_deref() {
         Some("Orphan") => Ok(Some(FINALIZER_ORPHAN)),
@@ -1414,7 +1414,7 @@ fn pending_graceful(
     )
 }
 
-/// DELETE of one object (spec §12).
+/// DELETE of one object.
 pub fn delete(sh: &Shared, ri: &ResourceInfo, ns: Option<&str>, name: &str, o: &DeleteOpts) -> ApiResult<Deleted> {
     let r = obj_ref(ri, ns, name);
     let extra = policy_finalizer(o)?;
@@ -1486,7 +1486,7 @@ fn delete_now(sh: &Shared, ri: &ResourceInfo, r: &ObjRef, old: &Arc<Value>, dry_
     })
 }
 
-/// Namespaces are always deferred: Terminating until the namespace controller empties them (spec §7.3).
+/// Namespaces are always deferred: Terminating until the namespace controller empties them.
 fn delete_namespace(sh: &Shared, ri: &ResourceInfo, r: &ObjRef, old: &Arc<Value>, o: &DeleteOpts) -> OpResult<Deleted> {
     if is_deleting(old) {
         return Ok(Deleted::Object((**old).clone()));
@@ -1512,7 +1512,7 @@ pub fn matches(obj: &Value, labels: &LabelSelector, fields: &FieldSelector) -> b
         && (fields.is_empty() || fields.matches(obj))
 }
 
-/// DELETE on a collection (spec §12.6): a `<Kind>List` of what was deleted.
+/// DELETE on a collection: a `<Kind>List` of what was deleted.
 pub fn delete_collection(
     sh: &Shared,
     ri: &ResourceInfo,
