@@ -10,7 +10,6 @@
 //! (default 120) sets the steady-state window. Figures go between the `reporter-bench` markers of
 //! docs/benchmarks.md.
 
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use capstan_e2e::capstan::{install_crds, Operator};
@@ -20,18 +19,13 @@ use capstan_e2e::TestCluster;
 use futures::{stream, StreamExt};
 use serde_json::{json, Value};
 
+#[path = "../../operator/benches/support/report.rs"]
+mod report;
+use report::{clock_ticks, date, loadavg, machine};
+
 const START: &str = "<!-- reporter-bench:start -->";
 const END: &str = "<!-- reporter-bench:end -->";
 const APPS: usize = 1000;
-
-fn clock_ticks() -> f64 {
-    std::process::Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
-        .unwrap_or(100.0)
-}
 
 fn cpu_secs(pid: u32) -> f64 {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -299,29 +293,19 @@ async fn main() -> anyhow::Result<()> {
     let section = render(&lines);
     print!("{section}");
     if std::env::var_os("CAPSTAN_BENCH_NO_WRITE").is_none() {
-        let path = write_report(&section)?;
+        let path = report::write_section(START, END, &section)?;
         eprintln!("wrote {}", path.display());
     }
     Ok(())
 }
 
 fn render(lines: &[String]) -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
-        })
-        .unwrap_or_default();
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let load: Vec<&str> = load.split_whitespace().take(3).collect();
     let mut out = format!("{START}\n## Reporter (`cargo bench -p capstan-e2e --bench reporter`)\n\n");
     out += &format!(
-        "{} cores ({cpu}) · {} · release build · load average at the end {} · in-process devcluster, release `capstan` and `capstan-hub` on loopback, no operator (the bench writes status). R4 is scaled down: the outage lasts as long as the 20,000 writes take plus a minute, not 10 minutes (what it costs depends on the changed objects, not the wall time). Catch-up includes the reporter's backoff sleep at the moment the hub returned (full jitter, up to 2 min after a 2-minute outage).\n\n",
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
-        k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%d %H:%M UTC"),
-        load.join(" ")
+        "{} · {} · release build · load average at the end {} · in-process devcluster, release `capstan` and `capstan-hub` on loopback, no operator (the bench writes status). R4 is scaled down: the outage lasts as long as the 20,000 writes take plus a minute, not 10 minutes (what it costs depends on the changed objects, not the wall time). Catch-up includes the reporter's backoff sleep at the moment the hub returned (full jitter, up to 2 min after a 2-minute outage).\n\n",
+        machine(),
+        date(),
+        loadavg()
     );
     out += "| figure | what is measured | result | also | target |\n|---|---|---|---|---|\n";
     for l in lines {
@@ -330,20 +314,4 @@ fn render(lines: &[String]) -> String {
     }
     out += &format!("{END}\n");
     out
-}
-
-fn write_report(section: &str) -> std::io::Result<PathBuf> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/benchmarks.md");
-    let old = std::fs::read_to_string(&path).unwrap_or_default();
-    let new = match (old.find(START), old.find(END)) {
-        (Some(a), Some(b)) if b > a => format!(
-            "{}{}{}",
-            &old[..a],
-            section,
-            &old[b + END.len()..].trim_start_matches('\n')
-        ),
-        _ => format!("{}\n{}", old.trim_end(), section),
-    };
-    std::fs::write(&path, new)?;
-    Ok(path)
 }

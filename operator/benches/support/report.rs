@@ -14,8 +14,8 @@ pub const INTRO: &str = "<!-- bench-intro:start -->
 # Benchmarks
 
 Written by `make bench` (`cargo bench -p capstan-e2e --bench devcluster`, `cargo bench -p capstan --bench
-source_render`, `cargo bench -p capstan --bench appset` and `cargo bench -p capstan-e2e --bench operator`,
-release profile); each bench replaces only its own section between its markers. Benchmarks are
+source_render`, `cargo bench -p capstan --bench appset`, `cargo bench -p capstan-e2e --bench operator` and
+`cargo bench -p capstan-e2e --bench reporter`, release profile); each bench replaces only its own section between its markers. Benchmarks are
 benchmarks, not timed tests: nothing fails on a slow figure.
 
 Figures are medians (with min – max or p90) of several runs on a **shared 2-core development machine**
