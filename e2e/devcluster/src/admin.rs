@@ -1,4 +1,4 @@
-//! Test-harness hooks (spec §21), reachable over HTTP under `/_devcluster/` and as methods on the Rust handle:
+//! Test-harness hooks, reachable over HTTP under `/_devcluster/` and as methods on the Rust handle:
 //! request log (with each request's user, groups and impersonated identity), fault injection (429/5xx/409
 //! with Retry-After), latency, compaction, dropping watches and pausing event delivery. Admin requests
 //! themselves are neither logged nor subject to faults, and need a `system:masters` user.
@@ -153,7 +153,7 @@ pub fn fault_response(f: &Fault) -> Response<Body> {
     error_response(&e)
 }
 
-/// Drop all history and make open watches fail with 410 (spec §21).
+/// Drop all history and make open watches fail with 410.
 pub fn compact(sh: &Shared) {
     sh.store.compact();
     sh.pages.lock().clear();

@@ -1,10 +1,11 @@
 //! devcluster: a Kubernetes-API-compatible control plane for Capstan's development and tests.
-//! See `/work/shared/reference/test-apiserver-spec.md` (the specification) and DESIGN.md §3.
+//! What it serves and how it fits into Capstan's tests: docs/architecture.md, "devcluster". It follows
+//! kube-apiserver; where it deliberately differs, the module that differs says so.
 //!
 //! [`start`] runs the server on its own OS thread with its own multi-thread tokio runtime, so it works from a
 //! plain `#[test]` as well as from inside any async runtime. The returned [`DevCluster`] handle exposes the
 //! URL, the CA, an admin kubeconfig, ServiceAccount tokens and client certificates, and the test-harness
-//! hooks of spec §21; dropping it shuts the server down.
+//! hooks; dropping it shuts the server down.
 //!
 //! Like a real cluster it serves HTTPS with a CA of its own and enforces authentication and RBAC
 //! ([`auth`]); [`Config::insecure_http`] switches the transport to plain HTTP (authentication and RBAC
@@ -54,7 +55,7 @@ use server::Shared;
 pub struct Config {
     /// Where to listen (default `127.0.0.1:0`, an ephemeral port).
     pub listen: SocketAddr,
-    /// `minor` reported by `/version` (default "32", see spec §2.2).
+    /// `minor` reported by `/version` (default "32").
     pub minor_version: String,
     /// Interval between watch bookmarks (default 60 s).
     pub bookmark_interval: Duration,
@@ -229,7 +230,7 @@ impl DevCluster {
         self.shared.auth.admin_token().to_string()
     }
 
-    /// The admin kubeconfig: this URL, the CA, the admin token, namespace `default` (spec §21).
+    /// The admin kubeconfig: this URL, the CA, the admin token, namespace `default`.
     pub fn kubeconfig_yaml(&self) -> String {
         self.kubeconfig_for_token("admin", &self.admin_token())
     }

@@ -1,4 +1,4 @@
-//! `devcluster` binary: serve the control plane until SIGTERM/SIGINT (DESIGN.md §3). HTTPS with a generated
+//! `devcluster` binary: serve the control plane until SIGTERM/SIGINT. HTTPS with a generated
 //! CA by default; the kubeconfig written by `--kubeconfig-out` carries the CA and the admin token.
 
 use std::io::Write;

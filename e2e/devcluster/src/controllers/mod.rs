@@ -1,4 +1,4 @@
-//! Built-in controllers that run inside devcluster (spec §19): garbage collection, namespace lifecycle, CRD
+//! Built-in controllers that run inside devcluster: garbage collection, namespace lifecycle, CRD
 //! establishment/cleanup, workload simulation, ClusterRole aggregation and the ServiceAccount token
 //! controller. Each is a tokio task fed by its own lossless event
 //! subscription from the store, and writes through the same verb functions clients use.
@@ -20,7 +20,7 @@ use crate::server::ops::{self, DeleteOpts, WriteOpts};
 use crate::server::Shared;
 use crate::store::ObjRef;
 
-/// Namespaces that exist from the start (spec §7.1).
+/// Namespaces that exist from the start.
 pub const BOOTSTRAP_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
 
 /// Subscribe and spawn every controller, then create the bootstrap namespaces. Call inside a tokio runtime.

@@ -1,7 +1,7 @@
 //! The HTTP front end: one fallback handler that authenticates and authorizes the request ([`crate::auth`]),
-//! logs it with its user, applies admin-injected latency and faults, parses the URL itself (spec §6.1),
-//! negotiates the response form (§1.3) and calls the verb functions of [`ops`], [`list`] and [`watch`].
-//! Every failure becomes a `Status` body (§6.3); nothing here panics on client input. Connections are
+//! logs it with its user, applies admin-injected latency and faults, parses the URL itself,
+//! negotiates the response form and calls the verb functions of [`ops`], [`list`] and [`watch`].
+//! Every failure becomes a `Status` body; nothing here panics on client input. Connections are
 //! accepted by [`listener`] (TLS or plain).
 
 pub mod list;
@@ -384,7 +384,7 @@ fn resource_list(sh: &Shared, group: &str, version: &str) -> ApiResult<Response<
         .ok_or_else(ApiError::no_such_path)
 }
 
-/// `/version` (spec §2).
+/// `/version`.
 pub fn version(minor: &str) -> Value {
     json!({"major": "1", "minor": minor, "gitVersion": format!("v1.{minor}.0-devcluster"), "gitCommit": "0",
         "gitTreeState": "clean", "buildDate": "2025-01-01T00:00:00Z", "goVersion": "go1.23", "compiler": "gc",
@@ -669,7 +669,7 @@ fn delete_body(content_type: &str, raw: &[u8]) -> ApiResult<Value> {
     Ok(v)
 }
 
-/// DeleteOptions from the body and the query (spec §12.1).
+/// DeleteOptions from the body and the query.
 fn delete_opts(ctx: &Ctx, raw: &[u8]) -> ApiResult<DeleteOpts> {
     let mut o = DeleteOpts::default();
     let trimmed = raw.iter().any(|b| !b.is_ascii_whitespace());
