@@ -10,8 +10,9 @@ use capstan_e2e::{
     capstan::{
         application, automated, condition, condition_true, get_object, health_status, list_names, operation_phase,
         resource_entry, sync_status, synced_healthy, text, tracked_by, AppEnv, Recorder, IN_CLUSTER,
+        OPERATOR_NAMESPACE,
     },
-    check, TestCluster,
+    chart, check, TestCluster,
 };
 use serde_json::{json, Value};
 
@@ -441,30 +442,56 @@ async fn argo_cd_resources_finalizer_cascades_too() {
     .await;
 }
 
-/// `destination.name` names a Cluster whose Secret holds a kubeconfig: objects go to that cluster only.
+/// `destination.name` names a Cluster whose Secret holds `bearerToken` + `caCert`: a ServiceAccount token of the
+/// chart's own ServiceAccount on a second devcluster over HTTPS. Objects go to that cluster only. A Cluster whose
+/// `caCert` is another CA is `Ready=False` with a TLS reason: never a silent insecure fallback.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn remote_cluster_destination_by_name_receives_the_objects() {
     let env = AppEnv::start("remote").await;
     commit_guestbook(&env).await;
     let remote = TestCluster::start();
     let remote_ns = remote.with_namespace("edge-apps").await;
-
-    env.apply(&[
+    remote.kubectl_ok(&["create", "namespace", OPERATOR_NAMESPACE]).await;
+    let token = chart::token_for(&remote, chart::Identity::Operator).await;
+    let secret = |name: &str, ca: String| {
         json!({
             "apiVersion": "v1",
             "kind": "Secret",
-            "metadata": {"name": "edge-kubeconfig", "namespace": env.ns},
+            "metadata": {"name": name, "namespace": env.ns},
             "type": "Opaque",
-            "stringData": {"kubeconfig": remote.dev().kubeconfig_yaml()},
-        }),
+            "stringData": {"bearerToken": token, "caCert": ca},
+        })
+    };
+    let cluster_object = |name: &str, secret: &str| {
         json!({
             "apiVersion": "capstan.dev/v1alpha1",
             "kind": "Cluster",
-            "metadata": {"name": "edge", "namespace": env.ns, "labels": {"env": "edge"}},
-            "spec": {"server": remote.url(), "secretRef": {"name": "edge-kubeconfig"}},
-        }),
+            "metadata": {"name": name, "namespace": env.ns, "labels": {"env": "edge"}},
+            "spec": {"server": remote.url(), "secretRef": {"name": secret}},
+        })
+    };
+    env.apply(&[
+        secret("edge-token", remote.dev().ca_pem()),
+        cluster_object("edge", "edge-token"),
+        // The operator's own cluster's CA did not sign the remote's certificate.
+        secret("wrong-ca-token", env.cluster.dev().ca_pem()),
+        cluster_object("wrong-ca", "wrong-ca-token"),
     ])
     .await;
+    let wrong = env
+        .wait_object("Cluster", "wrong-ca", "is Ready=False", |c| {
+            c.and_then(|c| condition(c, "Ready"))
+                .is_some_and(|r| text(r, "/status") == "False")
+        })
+        .await
+        .expect("the Cluster exists");
+    let ready = condition(&wrong, "Ready").expect("a Ready condition");
+    assert_eq!(text(ready, "/reason"), "TLSHandshakeFailed", "{ready}");
+    assert!(
+        text(ready, "/message").to_lowercase().contains("certificate"),
+        "the message names the certificate problem: {ready}"
+    );
+
     let client = env.client().await;
     let cluster = env
         .eventually(

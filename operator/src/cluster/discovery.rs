@@ -205,6 +205,7 @@ fn unknown(gvk: &GroupVersionKind) -> ClusterError {
 fn discovery_failed(e: ClusterError) -> ClusterError {
     match e {
         ClusterError::Unreachable(_)
+        | ClusterError::Tls(_)
         | ClusterError::Timeout(_)
         | ClusterError::Unauthorized(_)
         | ClusterError::Forbidden(_) => e,

@@ -56,6 +56,10 @@ pub enum ClusterError {
     /// The API server could not be reached (connect refused, DNS, TLS handshake, connection reset).
     #[error("cluster unreachable: {0}")]
     Unreachable(String),
+    /// The TLS handshake failed: the server's certificate is not signed by the CA we trust (`caCert`), has
+    /// expired or names another host. Never retried without verification: fix `caCert` or the server.
+    #[error("TLS handshake failed: {0}")]
+    Tls(String),
     /// A deadline passed (connect, read, or the whole call).
     #[error("timed out: {0}")]
     Timeout(String),
@@ -102,6 +106,7 @@ impl ClusterError {
     pub fn category(&self) -> &'static str {
         match self {
             ClusterError::Unreachable(_) => "Unreachable",
+            ClusterError::Tls(_) => "TLSHandshakeFailed",
             ClusterError::Timeout(_) => "Timeout",
             ClusterError::Unauthorized(_) => "Unauthorized",
             ClusterError::Forbidden(_) => "Forbidden",
@@ -186,19 +191,27 @@ fn from_discovery(err: kube::error::DiscoveryError, context: &str) -> ClusterErr
     }
 }
 
-/// Transport failures: a timeout anywhere in the source chain is a `Timeout`, the rest `Unreachable`.
-/// The text is the innermost source, which names the failure (refused, reset) and not the request.
+/// Transport failures: a rustls error anywhere in the source chain is `Tls` (an unknown CA must read as a
+/// TLS problem, not as an unreachable server), a timeout is a `Timeout`, the rest `Unreachable`. The text is
+/// the innermost source, which names the failure (refused, reset, unknown issuer) and not the request.
 fn transport(err: &(dyn std::error::Error + 'static), context: &str) -> ClusterError {
     let mut innermost: &(dyn std::error::Error + 'static) = err;
     let mut timed_out = false;
+    let mut tls: Option<String> = None;
     let mut cur = Some(err);
     while let Some(e) = cur {
         if let Some(io) = e.downcast_ref::<std::io::Error>() {
             timed_out |= io.kind() == std::io::ErrorKind::TimedOut;
         }
+        if let Some(inner) = rustls_error(e) {
+            tls.get_or_insert_with(|| inner.to_string());
+        }
         timed_out |= e.to_string().contains("timed out");
         innermost = e;
         cur = e.source();
+    }
+    if let Some(why) = tls {
+        return ClusterError::Tls(format!("{context}: {}", truncate(&why, MAX_MESSAGE_LEN)));
     }
     let detail = format!("{context}: {}", truncate(&innermost.to_string(), MAX_MESSAGE_LEN));
     if timed_out {
@@ -206,6 +219,16 @@ fn transport(err: &(dyn std::error::Error + 'static), context: &str) -> ClusterE
     } else {
         ClusterError::Unreachable(detail)
     }
+}
+
+/// The rustls error `e` is or wraps. An io::Error's `source()` skips the error it wraps, and tokio-rustls puts
+/// the rustls error there (sometimes inside another io::Error), so the wrapped errors are unpacked here.
+fn rustls_error<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+        return Some(tls);
+    }
+    let inner: &(dyn std::error::Error + 'static) = e.downcast_ref::<std::io::Error>()?.get_ref()?;
+    rustls_error(inner)
 }
 
 /// Runs `fut` under `limit`, turning expiry into [`ClusterError::Timeout`]: every call to a cluster is bounded

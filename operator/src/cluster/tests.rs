@@ -822,3 +822,20 @@ async fn cluster_handle_requests_are_counted() {
         "discovery requests are counted too"
     );
 }
+
+/// A certificate the trusted CA did not sign is a TLS failure, however deep the transport wraps the rustls error
+/// (tokio-rustls puts it inside an io::Error, which can itself be wrapped), never a plain "unreachable".
+#[test]
+fn rustls_errors_inside_io_errors_are_tls_failures() {
+    use std::io::{Error as IoError, ErrorKind};
+    let bad = || rustls::Error::InvalidCertificate(rustls::CertificateError::BadSignature);
+    let once = IoError::new(ErrorKind::InvalidData, bad());
+    let twice = IoError::other(IoError::new(ErrorKind::InvalidData, bad()));
+    for err in [once, twice] {
+        let mapped = transport(&err, "GET /version");
+        assert_eq!(mapped.category(), "TLSHandshakeFailed", "{mapped}");
+        assert!(mapped.to_string().contains("invalid peer certificate"), "{mapped}");
+    }
+    let refused = transport(&IoError::from(ErrorKind::ConnectionRefused), "GET /version");
+    assert_eq!(refused.category(), "Unreachable");
+}
