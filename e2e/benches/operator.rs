@@ -34,7 +34,7 @@ use capstan_e2e::capstan::{
 };
 use capstan_e2e::process::workspace_binary;
 use capstan_e2e::raw_http::{self, Endpoint};
-use capstan_e2e::Kubectl;
+use capstan_e2e::{chart, Kubectl};
 use devcluster::RequestRecord;
 use futures::{stream, StreamExt};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
@@ -109,7 +109,8 @@ struct Cluster {
     child: Child,
     /// devcluster over HTTPS as its admin (the test hooks need `system:masters`).
     endpoint: Endpoint,
-    kubeconfig: PathBuf,
+    /// The operator's: the chart's ServiceAccount with the chart's RBAC.
+    operator_kubeconfig: PathBuf,
     kubectl: Kubectl,
     client: Client,
 }
@@ -149,6 +150,7 @@ impl Cluster {
         );
         let kubectl = Kubectl::new(&kubeconfig, dir.path().join("kubectl-cache"));
         install_crds(&kubectl).await;
+        let operator_kubeconfig = chart::kubeconfig_with(&kubectl, chart::Identity::Operator, dir.path()).await;
         let mut config =
             kube::Config::from_custom_kubeconfig(Kubeconfig::read_from(&kubeconfig)?, &KubeConfigOptions::default())
                 .await?;
@@ -160,7 +162,7 @@ impl Cluster {
             dir,
             child,
             endpoint,
-            kubeconfig,
+            operator_kubeconfig,
             kubectl,
             client,
         })
@@ -233,7 +235,7 @@ impl Operator {
             .args(["--log-format", "text"])
             .args(extra)
             .env("CAPSTAN_CACHE_DIR", &cache)
-            .env("KUBECONFIG", &cluster.kubeconfig)
+            .env("KUBECONFIG", &cluster.operator_kubeconfig)
             .env(
                 "RUST_LOG",
                 std::env::var("CAPSTAN_BENCH_RUST_LOG").unwrap_or_else(|_| "info".into()),

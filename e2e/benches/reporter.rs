@@ -13,6 +13,7 @@
 use std::time::{Duration, Instant};
 
 use capstan_e2e::capstan::{install_crds, Operator};
+use capstan_e2e::chart;
 use capstan_e2e::hub::{Hub, HubOptions};
 use capstan_e2e::reporter::{create_app, metric, reporter_options, set_status, ReporterEnv};
 use capstan_e2e::TestCluster;
@@ -170,9 +171,10 @@ async fn main() -> anyhow::Result<()> {
     .await;
 
     // R1: first registration.
+    let kubeconfig = chart::kubeconfig_for(&env.cluster, chart::Identity::Reporter).await;
     let started = Instant::now();
     env.reporters
-        .push(Operator::start(env.cluster.kubeconfig_path(), reporter_options()).await);
+        .push(Operator::start(&kubeconfig, reporter_options()).await);
     let ready = started.elapsed();
     let synced = wait_held(&env, "R1", Duration::from_secs(600), |s| s["health"] == "Healthy").await?;
     let r1 = ready + synced;

@@ -11,7 +11,8 @@
 //!   SIGTERM;
 //! - [`Recorder`]: watches of a namespace's objects, kept in resourceVersion order, so tests assert
 //!   the order in which the operator created and changed things and how often it created each one;
-//! - [`AppEnv`]: one devcluster + one repository + one operator + one namespace, with bounded waits
+//! - [`AppEnv`]: one devcluster + one repository + one operator (as the chart's ServiceAccount, with the
+//!   chart's RBAC: see [`crate::chart`]) + one namespace, with bounded waits
 //!   on Application status that print the last observation and the operator's log when they time out.
 //!
 //! Every wait is bounded ([`APP_TIMEOUT`] at most); the deadlines are upper bounds for a loaded
@@ -872,7 +873,8 @@ impl AppEnv {
         install_crds(cluster.kubectl_runner()).await;
         let ns = cluster.with_namespace(prefix).await;
         let repo = GitRepo::start(prefix).await;
-        let operator = Operator::start(cluster.kubeconfig_path(), options).await;
+        let kubeconfig = crate::chart::kubeconfig_for(&cluster, crate::chart::Identity::Operator).await;
+        let operator = Operator::start(&kubeconfig, options).await;
         Self {
             operator,
             repo,

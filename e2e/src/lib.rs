@@ -23,6 +23,7 @@
 //! so it works against a devcluster started as a process ([`process::DevClusterProcess`]) too.
 
 pub mod capstan;
+pub mod chart;
 pub mod check;
 pub mod cluster;
 pub mod etcd;

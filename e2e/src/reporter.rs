@@ -1,5 +1,6 @@
 //! The reporter under test: a devcluster with Capstan's CRDs, a `capstan-hub`, the reporter
-//! (`capstan run --controllers reporter`) configured through ConfigMap and Secret `capstan-reporter`,
+//! (`capstan run --controllers reporter`, as the chart's `capstan-reporter` ServiceAccount with the chart's
+//! RBAC) configured through ConfigMap and Secret `capstan-reporter`,
 //! and helpers to create Applications and write their status directly (no operator runs, so the test
 //! decides every status the reporter sees).
 
@@ -10,6 +11,7 @@ use kube::Client;
 use serde_json::{json, Value};
 
 use crate::capstan::{install_crds, resource, Operator, OperatorOptions, OPERATOR_NAMESPACE};
+use crate::chart::{kubeconfig_for, Identity};
 use crate::hub::{Hub, HubOptions};
 use crate::wait::wait_for;
 use crate::TestCluster;
@@ -57,9 +59,15 @@ impl ReporterEnv {
         };
         env.configure(env.hub.token(), options.tasks_namespaces.as_deref())
             .await;
+        let identity = if options.tasks_namespaces.is_some() {
+            Identity::ReporterWithTasks
+        } else {
+            Identity::Reporter
+        };
+        let kubeconfig = kubeconfig_for(&env.cluster, identity).await;
         for _ in 0..options.replicas.max(1) {
             env.reporters
-                .push(Operator::start(env.cluster.kubeconfig_path(), reporter_options()).await);
+                .push(Operator::start(&kubeconfig, reporter_options()).await);
         }
         env
     }

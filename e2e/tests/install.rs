@@ -213,3 +213,41 @@ async fn helm_chart_reporter_is_opt_in_and_least_privilege() {
         "no url: the ConfigMap is the user's"
     );
 }
+
+/// The operator's RBAC comes in two parts: ClusterRole `capstan` names exactly what the controllers use (no
+/// wildcard; Secrets and ConfigMaps read only), and ClusterRole `capstan-deploy` is what Applications may deploy:
+/// everything by default, narrowed by `rbac.deploy.rules`, gone with `rbac.deploy.enabled: false`. The e2e tests
+/// run the operator under the first with a narrow second, so they prove the controllers' part.
+#[tokio::test]
+async fn helm_chart_splits_the_controllers_rights_from_what_applications_may_deploy() {
+    let default = render("{}\n").await;
+    let controller = find(&default, "ClusterRole", "capstan").expect("the controllers' ClusterRole");
+    for rule in controller["rules"].as_array().expect("rules") {
+        for field in ["apiGroups", "resources", "verbs"] {
+            assert!(
+                !rule[field].as_array().into_iter().flatten().any(|v| v == "*"),
+                "no wildcard in the controllers' role: {rule}"
+            );
+        }
+    }
+    assert!(verbs_on(controller, "applications/status").contains(&"patch".to_owned()));
+    assert_eq!(verbs_on(controller, "secrets"), ["get", "list", "watch"]);
+    let deploy = find(&default, "ClusterRole", "capstan-deploy").expect("the deploy ClusterRole");
+    assert_eq!(
+        deploy["rules"],
+        serde_json::json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}])
+    );
+    let binding = find(&default, "ClusterRoleBinding", "capstan-deploy").expect("the deploy binding");
+    assert_eq!(binding["subjects"][0]["name"], "capstan");
+
+    let narrow =
+        render("rbac:\n  deploy:\n    rules: [{apiGroups: [apps], resources: [deployments], verbs: ['*']}]\n").await;
+    let deploy = find(&narrow, "ClusterRole", "capstan-deploy").expect("the deploy ClusterRole");
+    assert_eq!(verbs_on(deploy, "deployments"), ["*"]);
+    assert!(verbs_on(deploy, "configmaps").is_empty());
+
+    let off = render("rbac:\n  deploy:\n    enabled: false\n").await;
+    assert!(find(&off, "ClusterRole", "capstan-deploy").is_none());
+    assert!(find(&off, "ClusterRoleBinding", "capstan-deploy").is_none());
+    assert!(find(&off, "ClusterRole", "capstan").is_some());
+}

@@ -596,9 +596,8 @@ async fn a_hostile_receiver_is_survived_and_named() {
     cluster
         .kubectl_ok_stdin(&["apply", "-f", "-"], &capstan_e2e::fixtures::to_yaml(&objects))
         .await;
-    let reporter =
-        capstan_e2e::capstan::Operator::start(cluster.kubeconfig_path(), capstan_e2e::reporter::reporter_options())
-            .await;
+    let kubeconfig = capstan_e2e::chart::kubeconfig_for(&cluster, capstan_e2e::chart::Identity::Reporter).await;
+    let reporter = capstan_e2e::capstan::Operator::start(&kubeconfig, capstan_e2e::reporter::reporter_options()).await;
     capstan_e2e::reporter::create_app(&cluster.client().await, &ns, "web", "Healthy").await;
     wait_until(
         "the reporter to name all three faults",

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use capstan_e2e::capstan::{application, AppEnv, OperatorOptions, APP_TIMEOUT};
 use capstan_e2e::capstan::{Operator, OPERATOR_NAMESPACE};
+use capstan_e2e::chart;
 use capstan_e2e::hub::{Hub, HubOptions};
 use capstan_e2e::reporter::reporter_options;
 use capstan_e2e::wait::wait_for;
@@ -68,7 +69,8 @@ async fn tasks_are_rejected_denied_or_carried_out_once() {
                "spec": {"enforcement": "Deny", "targets": ["Resource"], "policies": [{"name": "team-label", "rego": TEAM_LABEL}]}}),
     ];
     env.apply(&settings).await;
-    let reporter = Operator::start(env.cluster.kubeconfig_path(), reporter_options()).await;
+    let kubeconfig = chart::kubeconfig_for(&env.cluster, chart::Identity::ReporterWithTasks).await;
+    let reporter = Operator::start(&kubeconfig, reporter_options()).await;
 
     env.repo
         .write("good/a.yaml", &config_map("good-a", Some("payments"), "0"));

@@ -12,6 +12,7 @@ use std::time::Duration;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use capstan_e2e::capstan::{condition, get_object, install_crds, text, Operator, OperatorOptions, OPERATOR_NAMESPACE};
+use capstan_e2e::chart;
 use capstan_e2e::git::{self, Upstream};
 use capstan_e2e::{wait_for, TestCluster};
 use serde_json::Value;
@@ -62,7 +63,8 @@ impl Env {
                 "5s".into(),
             ],
         };
-        let operator = Operator::start(cluster.kubeconfig_path(), options).await;
+        let kubeconfig = chart::kubeconfig_for(&cluster, chart::Identity::Operator).await;
+        let operator = Operator::start(&kubeconfig, options).await;
         Env {
             operator,
             cluster,

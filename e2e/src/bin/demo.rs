@@ -32,6 +32,7 @@ use capstan_e2e::{
         free_port, health_status, http_get, operation_phase, resource, summarize_app, sync_status, synced_healthy,
         text, workspace_root, OPERATOR_NAMESPACE,
     },
+    chart,
     fixtures::to_yaml,
     Kubectl,
 };
@@ -326,13 +327,18 @@ impl Demo {
         let (bare_repo, repo_url) = self.create_repository().await?;
         detail(&format!("{} served at {repo_url}", bare_repo.display()));
 
-        step(4, "starting the operator: capstan run");
-        self.start_operator(&kubeconfig).await?;
+        step(
+            4,
+            "starting the operator: capstan run, as the chart's ServiceAccount with the chart's RBAC",
+        );
+        let operator_kubeconfig = chart::kubeconfig_with(&kubectl, chart::Identity::Operator, &dir).await;
+        self.start_operator(&operator_kubeconfig).await?;
         detail(&format!("operator ready (log: {})", dir.join("capstan.log").display()));
 
         step(5, "starting capstan-hub (the reference SaaS receiver) and the reporter");
         let hub_url = self.start_hub().await?;
-        self.start_reporter(&kubectl, &kubeconfig, &hub_url).await?;
+        let reporter_kubeconfig = chart::kubeconfig_with(&kubectl, chart::Identity::Reporter, &dir).await;
+        self.start_reporter(&kubectl, &reporter_kubeconfig, &hub_url).await?;
         detail(&format!(
             "hub page: {hub_url}/ (logs: {}, {})",
             dir.join("capstan-hub.log").display(),
