@@ -5,6 +5,7 @@
 use std::process::Stdio;
 
 use capstan_e2e::capstan::{workspace_root, OPERATOR_NAMESPACE};
+use capstan_e2e::chart::{self, find};
 use capstan_e2e::process::workspace_binary;
 use capstan_e2e::{within, TestCluster, TIMEOUT};
 use tokio::process::Command;
@@ -112,31 +113,14 @@ async fn assert_known_flags(args: &[String]) {
     }
 }
 
+/// The chart rendered with `values` (a values file's text), through the harness's cached Helm rendering.
 async fn render(values: &str) -> Vec<serde_json::Value> {
-    let root = workspace_root();
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("values.yaml");
     std::fs::write(&file, values).expect("values");
-    let rendered = output(
-        Command::new(root.join("e2e/tools/helm"))
-            .args(["template", "capstan"])
-            .arg(root.join("charts/capstan"))
-            .args(["--namespace", OPERATOR_NAMESPACE, "-f"])
-            .arg(&file),
-        "helm template",
-    )
-    .await;
-    rendered
-        .split("\n---")
-        .filter_map(|doc| serde_saphyr::from_str::<serde_json::Value>(doc).ok())
-        .filter(|v| v.is_object())
-        .collect()
-}
-
-fn find<'a>(objects: &'a [serde_json::Value], kind: &str, name: &str) -> Option<&'a serde_json::Value> {
-    objects
-        .iter()
-        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+    chart::render(&["-f".to_owned(), file.display().to_string()])
+        .await
+        .to_vec()
 }
 
 fn verbs_on(role: &serde_json::Value, resource: &str) -> Vec<String> {
