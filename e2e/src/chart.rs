@@ -3,9 +3,11 @@
 //! (a token from `kubectl create token`, HTTPS with the cluster's CA). The operator and the reporter run with
 //! exactly the rights the chart grants them, so a rule missing from the chart fails a test.
 //!
-//! Applications are applied with the operator's own identity; the chart grants "what Applications may deploy"
-//! in a role of its own (`rbac.deploy.rules`, everything by default). The tests narrow it to the kinds their
-//! fixtures deploy ([`E2E_DEPLOY_RULES`]), so the controller's own ClusterRole is what they prove.
+//! Applications of the operator namespace are applied with the operator's own identity; the chart grants "what
+//! Applications may deploy" in a role of its own (`rbac.deploy.rules`, everything by default). The tests narrow it
+//! to the kinds their fixtures deploy ([`E2E_DEPLOY_RULES`]), so the controller's own ClusterRole is what they
+//! prove. Applications of a test namespace write as its `capstan-deployer` ServiceAccount, which the operator
+//! impersonates with the chart's `impersonate` rule (the tenancy tests prove that rule).
 //!
 //! A rendering costs a Python start; each set of values is rendered once per test process.
 

@@ -70,6 +70,10 @@ struct RunArgs {
     /// Bound on one git network operation (ls-remote, fetch).
     #[arg(long, default_value = "90s", value_parser = parse_duration)]
     git_timeout: Duration,
+    /// ServiceAccount, in the Application's namespace, whose rights every write of an Application outside
+    /// the operator namespace uses (impersonated) unless it names one in `spec.destination.serviceAccountName`.
+    #[arg(long, default_value = capstan::controllers::context::DEFAULT_SERVICE_ACCOUNT)]
+    default_service_account: String,
     /// Directory of the shared git cache.
     #[arg(long, env = "CAPSTAN_CACHE_DIR")]
     cache_dir: Option<PathBuf>,
@@ -127,6 +131,7 @@ async fn operate(args: RunArgs) -> anyhow::Result<()> {
         git_timeout,
         app_concurrency: args.app_concurrency,
         sync_timeout: Some(args.sync_timeout).filter(|t| !t.is_zero()),
+        default_service_account: valid_service_account(&args.default_service_account)?,
         wave_delay: parse_duration(&args.sync_wave_delay).map_err(|e| anyhow::anyhow!("--sync-wave-delay: {e}"))?,
         ..Settings::default()
     };
@@ -245,4 +250,11 @@ async fn drain(mut servers: tokio::task::JoinSet<std::io::Result<()>>) {
     if drained.is_err() {
         servers.abort_all();
     }
+}
+
+/// `--default-service-account`, checked like `spec.destination.serviceAccountName`.
+fn valid_service_account(name: &str) -> anyhow::Result<String> {
+    capstan::api::tenancy::validate_service_account_name(name)
+        .map_err(|e| anyhow::anyhow!("--default-service-account: {e}"))?;
+    Ok(name.to_string())
 }

@@ -496,6 +496,16 @@ pub struct ApplicationDestination {
     /// Namespace for namespaced resources that set none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
+
+    /// ServiceAccount in the Application's namespace whose rights every write of this Application uses
+    /// (applies, prunes, hooks, deletion), through impersonation. Unset: the operator's
+    /// `--default-service-account` for Applications outside the operator namespace, the operator's own
+    /// rights inside it. A name only (a DNS-1123 label), never `namespace:name`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')")
+        .message("serviceAccountName must be a ServiceAccount name (a DNS-1123 label) in the Application's namespace"))]
+    pub service_account_name: Option<String>,
 }
 
 /// When and how to sync.

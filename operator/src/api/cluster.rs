@@ -1,7 +1,7 @@
 //! Cluster: where manifests go.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::CustomResource;
+use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -10,7 +10,7 @@ use super::{schema, LocalObjectReference};
 /// A Kubernetes cluster Applications deploy to. The object's labels drive the ApplicationSet
 /// cluster generator. The operator's own cluster (`https://kubernetes.default.svc`, name
 /// `in-cluster`) needs no Cluster object.
-#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[kube(
     group = "capstan.dev",
     version = "v1alpha1",
@@ -44,6 +44,15 @@ pub struct ClusterSpec {
     /// Namespaces Applications may deploy to on this cluster; empty allows all.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub namespaces: Vec<String>,
+
+    /// Namespaces whose Applications and ApplicationSets may use this object, as patterns (`*` any run of
+    /// characters, `?` one character, no negation; `"*"` = every namespace). Empty: only this object's own
+    /// namespace. Only honoured in the operator namespace: elsewhere an object serves its own namespace alone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100))]
+    #[x_kube(validation = Rule::new("self.all(p, size(p) <= 253 && p.matches('^[a-z0-9*?-]+$'))")
+        .message("sourceNamespaces entries are patterns of a-z, 0-9, '-', '*' and '?' (no '!' negation)"))]
+    pub source_namespaces: Vec<String>,
 }
 
 /// Observed state of a Cluster.

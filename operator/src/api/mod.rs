@@ -12,6 +12,7 @@ pub mod labels;
 pub mod policy_set;
 pub mod repository;
 pub mod schema;
+pub mod tenancy;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;

@@ -68,6 +68,15 @@ pub struct RepositorySpec {
     #[x_kube(validation = Rule::new("duration(self) >= duration('1s') && duration(self) <= duration('24h')")
         .message("pollInterval must be between 1s and 24h"))]
     pub poll_interval: String,
+
+    /// Namespaces whose Applications and ApplicationSets may use this object, as patterns (`*` any run of
+    /// characters, `?` one character, no negation; `"*"` = every namespace). Empty: only this object's own
+    /// namespace. Only honoured in the operator namespace: elsewhere an object serves its own namespace alone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100))]
+    #[x_kube(validation = Rule::new("self.all(p, size(p) <= 253 && p.matches('^[a-z0-9*?-]+$'))")
+        .message("sourceNamespaces entries are patterns of a-z, 0-9, '-', '*' and '?' (no '!' negation)"))]
+    pub source_namespaces: Vec<String>,
 }
 
 fn default_poll_interval() -> String {

@@ -33,6 +33,7 @@ use super::live::LiveCache;
 use super::requests::KubeRequestLayer;
 use super::{ClusterError, IN_CLUSTER_NAME, IN_CLUSTER_SERVER};
 use crate::api::application::ApplicationDestination;
+use crate::api::tenancy::source_namespace_allowed;
 use crate::api::Cluster;
 
 /// Secret key holding a kubeconfig.
@@ -73,6 +74,10 @@ impl Default for ClusterTimeouts {
 
 /// One cluster's connection: a request client (short read timeout), a watch client (a read timeout longer
 /// than any healthy quiet watch), discovery and the live cache.
+///
+/// A handle may also be an *impersonating* one ([`ClusterHandle::impersonating`]): its request client sends
+/// `Impersonate-User: system:serviceaccount:<ns>:<name>` (and never a group header), while discovery and the
+/// live cache stay the operator's own (reads for diff and health must see everything the operator manages).
 pub struct ClusterHandle {
     name: String,
     server: String,
@@ -80,6 +85,57 @@ pub struct ClusterHandle {
     discovery: Arc<DiscoveryCache>,
     live: LiveCache,
     timeouts: ClusterTimeouts,
+    /// The configuration the request client was built from, for impersonating clients.
+    config: Config,
+    counter: Option<IntCounterVec>,
+    /// `Some(user)` for an impersonating handle.
+    identity: Option<String>,
+    /// Impersonating handles by user name, bounded (see [`MAX_IMPERSONATED`]).
+    impersonated: std::sync::Mutex<ImpersonatedCache>,
+}
+
+/// Most impersonating clients kept per cluster; beyond it the oldest is dropped (and rebuilt on its next
+/// use), so a namespace churn of ServiceAccounts cannot grow memory without bound.
+pub const MAX_IMPERSONATED: usize = 256;
+
+/// Insertion-ordered, bounded map of impersonating handles.
+#[derive(Default)]
+struct ImpersonatedCache {
+    handles: HashMap<String, Arc<ClusterHandle>>,
+    order: std::collections::VecDeque<String>,
+}
+
+impl ImpersonatedCache {
+    fn get(&self, user: &str) -> Option<Arc<ClusterHandle>> {
+        self.handles.get(user).cloned()
+    }
+
+    fn insert(&mut self, user: String, handle: Arc<ClusterHandle>) {
+        if self.handles.insert(user.clone(), handle).is_none() {
+            self.order.push_back(user);
+        }
+        while self.order.len() > MAX_IMPERSONATED {
+            if let Some(old) = self.order.pop_front() {
+                self.handles.remove(&old);
+            }
+        }
+    }
+}
+
+/// The Kubernetes user name of a ServiceAccount.
+pub fn service_account_user(namespace: &str, name: &str) -> String {
+    format!("system:serviceaccount:{namespace}:{name}")
+}
+
+/// `config` acting as `user`: any `as`, `as-groups`, `as-uid` or `as-user-extra` of a Cluster's kubeconfig is
+/// overwritten, so the API server authorizes exactly that ServiceAccount (and its own groups) and nothing the
+/// kubeconfig's author added.
+pub fn impersonating_config(mut config: Config, user: &str) -> Config {
+    config.auth_info.impersonate = Some(user.to_string());
+    config.auth_info.impersonate_groups = None;
+    config.auth_info.impersonate_uid = None;
+    config.auth_info.impersonate_user_extra = None;
+    config
 }
 
 /// Name and server only: a handle's clients hold credentials.
@@ -103,7 +159,7 @@ impl ClusterHandle {
         counter: Option<&IntCounterVec>,
     ) -> Result<Arc<ClusterHandle>, ClusterError> {
         let client = build_client(request_config(config.clone(), &timeouts), name, counter)?;
-        let watch_client = build_client(watch_config(config, &timeouts), name, counter)?;
+        let watch_client = build_client(watch_config(config.clone(), &timeouts), name, counter)?;
         let discovery = Arc::new(DiscoveryCache::new(client.clone()));
         let live = LiveCache::new(watch_client, discovery.clone());
         Ok(Arc::new(ClusterHandle {
@@ -113,7 +169,43 @@ impl ClusterHandle {
             discovery,
             live,
             timeouts,
+            config,
+            counter: counter.cloned(),
+            identity: None,
+            impersonated: std::sync::Mutex::new(ImpersonatedCache::default()),
         }))
+    }
+
+    /// This cluster's handle acting as ServiceAccount `namespace/name`: its request client impersonates
+    /// the ServiceAccount (every write made through it is authorized by the cluster's RBAC as that
+    /// ServiceAccount); discovery and the live cache are this handle's. Cached per ServiceAccount, bounded.
+    pub fn impersonating(&self, namespace: &str, name: &str) -> Result<Arc<ClusterHandle>, ClusterError> {
+        let user = service_account_user(namespace, name);
+        let mut cache = self.impersonated.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(h) = cache.get(&user) {
+            return Ok(h);
+        }
+        let config = request_config(impersonating_config(self.config.clone(), &user), &self.timeouts);
+        let client = build_client(config, &self.name, self.counter.as_ref())?;
+        let handle = Arc::new(ClusterHandle {
+            name: self.name.clone(),
+            server: self.server.clone(),
+            client,
+            discovery: self.discovery.clone(),
+            live: self.live.clone(),
+            timeouts: self.timeouts,
+            config: self.config.clone(),
+            counter: self.counter.clone(),
+            identity: Some(user.clone()),
+            impersonated: std::sync::Mutex::new(ImpersonatedCache::default()),
+        });
+        cache.insert(user, handle.clone());
+        Ok(handle)
+    }
+
+    /// The user this handle's request client impersonates; `None` for the operator's own identity.
+    pub fn identity(&self) -> Option<&str> {
+        self.identity.as_deref()
     }
 
     /// `in-cluster`, or `<namespace>/<name>` of the Cluster object.
@@ -343,7 +435,7 @@ impl ClusterClients {
             let context = format!("get Cluster {ns}/{name}");
             let found = self.call(&context, false, async { api.get_opt(name).await }).await?;
             if let Some(c) = found {
-                return Ok(c);
+                return self.permitted(app_namespace, c, &format!("Cluster {name:?}"));
             }
         }
         Err(ClusterError::NotFound(format!(
@@ -366,7 +458,7 @@ impl ClusterClients {
                 .collect();
             match matches.len() {
                 0 => continue,
-                1 => return Ok(matches.remove(0)),
+                1 => return self.permitted(app_namespace, matches.remove(0), &format!("Cluster with server {server:?}")),
                 n => {
                     return Err(ClusterError::InvalidConfig(format!(
                         "{n} Clusters in namespace {ns:?} have server {server:?}; use destination.name"
@@ -377,6 +469,23 @@ impl ClusterClients {
         Err(ClusterError::NotFound(format!(
             "no Cluster with server {server:?} in namespace {:?}",
             self.search_namespaces(app_namespace).join(" or ")
+        )))
+    }
+
+    /// `cluster` if an Application in `app_namespace` may use it (`spec.sourceNamespaces`, see
+    /// [`crate::api::tenancy`]), else `NotPermitted` naming only what the Application itself wrote.
+    fn permitted(&self, app_namespace: &str, cluster: Cluster, what: &str) -> Result<Cluster, ClusterError> {
+        let cluster_ns = cluster.namespace().unwrap_or_default();
+        if source_namespace_allowed(
+            &cluster.spec.source_namespaces,
+            &cluster_ns,
+            &self.operator_namespace,
+            app_namespace,
+        ) {
+            return Ok(cluster);
+        }
+        Err(ClusterError::NotPermitted(format!(
+            "{what} is not permitted for namespace {app_namespace:?}"
         )))
     }
 

@@ -96,6 +96,10 @@ pub enum ClusterError {
     /// The destination namespace is outside the Cluster's `spec.namespaces`.
     #[error("namespace not allowed: {0}")]
     NamespaceNotAllowed(String),
+    /// A shared Cluster in the operator namespace that does not list the Application's namespace in
+    /// `spec.sourceNamespaces`. The message names the Cluster as the Application named it, nothing more.
+    #[error("not permitted: {0}")]
+    NotPermitted(String),
     /// Anything else (unexpected response shapes).
     #[error("internal error: {0}")]
     Internal(String),
@@ -119,6 +123,7 @@ impl ClusterError {
             ClusterError::DiscoveryFailed(_) => "DiscoveryFailed",
             ClusterError::InvalidConfig(_) => "InvalidConfig",
             ClusterError::NamespaceNotAllowed(_) => "NamespaceNotAllowed",
+            ClusterError::NotPermitted(_) => "NotPermitted",
             ClusterError::Internal(_) => "Internal",
         }
     }

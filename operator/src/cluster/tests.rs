@@ -132,6 +132,7 @@ async fn create_cluster(
         server: server.into(),
         secret_ref: secret.map(|s| LocalObjectReference { name: s.into() }),
         namespaces: namespaces.iter().map(|s| s.to_string()).collect(),
+        source_namespaces: vec!["*".into()],
     };
     api.create(&PostParams::default(), &Cluster::new(name, spec))
         .await
@@ -630,6 +631,7 @@ async fn cluster_remote_destination_through_cluster_and_kubeconfig_secret() {
         server: Some(remote.url()),
         name: Some("remote".into()),
         namespace: None,
+        service_account_name: None,
     };
     assert_eq!(
         clients.resolve("team-a", &both).await.unwrap_err().category(),

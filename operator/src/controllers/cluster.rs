@@ -180,6 +180,7 @@ mod tests {
                     server: server.map(Into::into),
                     name: name.map(Into::into),
                     namespace: None,
+                    service_account_name: None,
                 },
                 ..ApplicationSpec::default()
             },

@@ -53,7 +53,13 @@ pub struct Settings {
     /// A sync operation still running this long after its start is terminated (`--sync-timeout`;
     /// `None` = never).
     pub sync_timeout: Option<Duration>,
+    /// ServiceAccount (in the Application's namespace) whose rights the writes of an Application outside
+    /// the operator namespace use when it names none (`--default-service-account`).
+    pub default_service_account: String,
 }
+
+/// Default of `--default-service-account`.
+pub const DEFAULT_SERVICE_ACCOUNT: &str = "capstan-deployer";
 
 impl Default for Settings {
     fn default() -> Self {
@@ -66,6 +72,7 @@ impl Default for Settings {
             wave_delay: crate::engine::plan::DEFAULT_WAVE_DELAY,
             app_concurrency: 32,
             sync_timeout: Some(DEFAULT_SYNC_TIMEOUT),
+            default_service_account: DEFAULT_SERVICE_ACCOUNT.into(),
         }
     }
 }

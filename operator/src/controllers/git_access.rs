@@ -10,6 +10,7 @@ use std::time::Instant;
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, ResourceExt};
 
+use crate::api::tenancy::source_namespace_allowed;
 use crate::api::Repository;
 use crate::controllers::notifier::{repository_serves, url_key};
 use crate::controllers::repository::{eligible_templates, pick_template};
@@ -30,21 +31,45 @@ pub struct CredentialError {
 }
 
 /// The non-template Repository serving `repo_url` for an object in `ns` (own namespace first).
+///
+/// A shared Repository (operator namespace) serves `ns` only when its `spec.sourceNamespaces` lists it
+/// ([`crate::api::tenancy`]). When Repositories for the URL exist but none may serve `ns`, the answer is
+/// `NotPermitted` rather than an anonymous fetch, and the error says nothing about those Repositories.
 pub fn matching_repository(
     repos: &[Arc<Repository>],
     repo_url: &str,
     ns: &str,
     operator_ns: &str,
-) -> Option<Arc<Repository>> {
-    let key = url_key(repo_url)?;
+) -> Result<Option<Arc<Repository>>, CredentialError> {
+    let Some(key) = url_key(repo_url) else {
+        return Ok(None);
+    };
     let mut candidates: Vec<&Arc<Repository>> = repos
         .iter()
         .filter(|r| !r.spec.credential_template)
         .filter(|r| repository_serves(&r.namespace().unwrap_or_default(), ns, operator_ns))
         .filter(|r| url_key(&r.spec.url).as_deref() == Some(key.as_str()))
         .collect();
+    let any = !candidates.is_empty();
+    candidates.retain(|r| repository_permits(r, ns, operator_ns));
     candidates.sort_by_key(|r| (r.namespace().as_deref() != Some(ns), r.name_any()));
-    candidates.first().map(|r| Arc::clone(r))
+    match candidates.first() {
+        Some(r) => Ok(Some(Arc::clone(r))),
+        None if any => Err(CredentialError {
+            category: NOT_PERMITTED,
+            message: format!("repository {repo_url:?} is not permitted for namespace {ns:?}"),
+        }),
+        None => Ok(None),
+    }
+}
+
+/// Reason of a denied use of a shared Repository or Cluster.
+pub const NOT_PERMITTED: &str = "NotPermitted";
+
+/// Whether `repo` (a Repository or credential template) may serve objects in `ns`: `sourceNamespaces`.
+pub fn repository_permits(repo: &Repository, ns: &str, operator_ns: &str) -> bool {
+    let repo_ns = repo.namespace().unwrap_or_default();
+    source_namespace_allowed(&repo.spec.source_namespaces, &repo_ns, operator_ns, ns)
 }
 
 /// Where a connection's settings come from (decided without I/O): the Secret to read, and the
@@ -188,10 +213,13 @@ mod tests {
                 }),
                 insecure_skip_tls_verify: true,
                 proxy: Some("http://proxy.example:3128".into()),
+                source_namespaces: vec!["te?m".into()],
                 ..RepositorySpec::default()
             },
         );
         let all = vec![template];
+        // Not listed: the shared template serves nobody else.
+        assert_eq!(connection_plan(&all, None, "team-b", op, &url).secret, None);
         let own = repo(
             "team",
             "app",
@@ -231,5 +259,33 @@ mod tests {
                 proxy: None,
             }
         );
+    }
+
+    #[test]
+    fn shared_repositories_serve_only_listed_namespaces() {
+        let op = "capstan-system";
+        let url = "https://git.example.com/org/app";
+        let shared = |list: &[&str]| {
+            repo(
+                op,
+                "shared",
+                RepositorySpec {
+                    url: url.into(),
+                    source_namespaces: list.iter().map(|s| s.to_string()).collect(),
+                    ..RepositorySpec::default()
+                },
+            )
+        };
+        let name = |r: Result<Option<Arc<Repository>>, CredentialError>| r.map(|o| o.map(|r| r.name_any()));
+        let listed = vec![shared(&["team-*"])];
+        assert_eq!(name(matching_repository(&listed, url, "team-a", op)), Ok(Some("shared".into())));
+        let denied = matching_repository(&listed, url, "shop", op).unwrap_err();
+        assert_eq!(denied.category, NOT_PERMITTED);
+        assert!(!denied.message.contains("shared"), "no hint of the Repository: {}", denied.message);
+        let unlisted = vec![shared(&[])];
+        assert_eq!(matching_repository(&unlisted, url, "team-a", op).unwrap_err().category, NOT_PERMITTED);
+        assert_eq!(name(matching_repository(&unlisted, url, op, op)), Ok(Some("shared".into())));
+        // No Repository for the URL at all: an anonymous fetch, as before.
+        assert_eq!(name(matching_repository(&unlisted, "https://other.example/x", "team-a", op)), Ok(None));
     }
 }

@@ -305,6 +305,7 @@ pub fn eligible_templates<'a>(all: &'a [Arc<Repository>], ns: &str, operator_ns:
         .iter()
         .filter(|t| t.spec.credential_template)
         .filter(|t| template_serves(&t.namespace().unwrap_or_default(), ns, operator_ns))
+        .filter(|t| super::git_access::repository_permits(t, ns, operator_ns))
         .collect();
     out.sort_by_key(|t| (t.namespace().as_deref() != Some(ns), t.namespace(), t.name_any()));
     out

@@ -19,9 +19,9 @@ use super::deletion::{self, Progress};
 use super::findings::{DELETION_ERROR_REQUEUE, DELETION_RETRY_FACTOR, DELETION_RETRY_FIRST, DELETION_RETRY_MAX};
 use super::pipeline::{target_revision, Pipeline};
 use super::status::{self, Problem, StatusInput};
-use super::{auto_sync, compare, event_ref, State, CONTROLLER};
+use super::{auto_sync, compare, event_ref, identity, State, CONTROLLER};
 use crate::api::Application;
-use crate::cluster::{ClusterError, ResolvedDestination};
+use crate::cluster::{ClusterError, ClusterHandle, ResolvedDestination};
 use crate::controllers::status::{now, write_status};
 use crate::controllers::{Context, Error, ErrorKind, KubeStep};
 use crate::engine::plan::delete_hooks::Stage;
@@ -63,13 +63,41 @@ pub async fn cleanup(app: &Application, ctx: &Context, state: &Arc<State>) -> Re
         }
         Err(e) => return cleanup.failure(Problem::from_cluster(&e)).await,
     };
+    // Deletion writes as the sync did (identity::writer); without the ServiceAccount nothing is deleted.
+    let writer = match identity::writer(ctx, app, &dest.cluster).await {
+        Ok(w) => w,
+        Err(p) if p.reason == identity::REASON_SA_NOT_FOUND => {
+            let note = format!("{}; managed resources are left in place: {}", p.message, orphans(app));
+            ctx.publish_event(&event_ref(app), EventType::Warning, "ServiceAccountGone", "Delete", &note)
+                .await;
+            return cleanup.release("service account gone").await;
+        }
+        Err(p) => return cleanup.failure(p).await,
+    };
     if pre {
-        return cleanup.hook_stage(Stage::PreDelete, &dest).await;
+        return cleanup.hook_stage(Stage::PreDelete, &writer).await;
     }
     if !cascade.is_empty() {
-        return cleanup.cascade_stage(&dest, (&cascade, post)).await;
+        return cleanup.cascade_stage(&dest, &writer, (&cascade, post)).await;
     }
-    cleanup.hook_stage(Stage::PostDelete, &dest).await
+    cleanup.hook_stage(Stage::PostDelete, &writer).await
+}
+
+/// The managed resources a cleanup leaves behind, for an event (the first 20).
+fn orphans(app: &Application) -> String {
+    let resources = app.status.as_ref().map(|s| s.resources.as_slice()).unwrap_or_default();
+    let mut names: Vec<String> = resources
+        .iter()
+        .take(20)
+        .map(|r| format!("{}/{}/{}", r.kind, r.namespace.as_deref().unwrap_or_default(), r.name))
+        .collect();
+    if resources.len() > 20 {
+        names.push(format!("and {} more", resources.len() - 20));
+    }
+    if names.is_empty() {
+        return "none recorded".into();
+    }
+    names.join(", ")
 }
 
 /// What every stage of one Application's cleanup works with.
@@ -81,10 +109,12 @@ struct Cleanup<'a> {
 }
 
 impl Cleanup<'_> {
-    /// One step of the cascade deletion of the managed resources (`post`: PostDelete hooks follow).
+    /// One step of the cascade deletion of the managed resources (`post`: PostDelete hooks follow):
+    /// observed with the operator's rights on `dest`, deleted through `writer`.
     async fn cascade_stage(
         &self,
         dest: &ResolvedDestination,
+        writer: &ClusterHandle,
         (cascade, post): (&[String], bool),
     ) -> Result<Action, Error> {
         let (ns, name) = (self.app.namespace().unwrap_or_default(), self.app.name_any());
@@ -93,7 +123,7 @@ impl Cleanup<'_> {
             return Ok(Action::requeue(deletion::DELETE_POLL));
         }
         let propagation = deletion::propagation(cascade);
-        match deletion::delete_tracked(&dest.cluster, &ns, &name, &view.own, propagation).await {
+        match deletion::delete_tracked(writer, &ns, &name, &view.own, propagation).await {
             Ok(Progress::Done) if post => {
                 let names: Vec<&str> = cascade.iter().map(String::as_str).collect();
                 self.remove_finalizers(&names).await?;
@@ -108,7 +138,7 @@ impl Cleanup<'_> {
     /// One step of a deletion hook stage: renders the manifests at the synced revision, creates or
     /// waits for the stage's hooks, and when they completed removes the stage's finalizers, then the
     /// hooks.
-    async fn hook_stage(&self, stage: Stage, dest: &ResolvedDestination) -> Result<Action, Error> {
+    async fn hook_stage(&self, stage: Stage, writer: &ClusterHandle) -> Result<Action, Error> {
         let app = self.app;
         let pipeline = Pipeline::new(app, self.ctx, self.state)?;
         let synced = app
@@ -131,7 +161,7 @@ impl Cleanup<'_> {
         };
         let dest_ns = app.spec.destination.namespace.clone().unwrap_or_default();
         let owner = (pipeline.ns.as_str(), pipeline.name.as_str());
-        match delete_hooks::advance(stage, &dest.cluster, owner, &rendered.objects, &dest_ns).await {
+        match delete_hooks::advance(stage, writer, owner, &rendered.objects, &dest_ns).await {
             Ok(StageStep::Waiting) => Ok(Action::requeue(deletion::DELETE_POLL)),
             Ok(StageStep::Running(created)) => {
                 if !created.is_empty() {
@@ -148,7 +178,7 @@ impl Cleanup<'_> {
                     retry: ErrorKind::Waiting(DELETION_ERROR_REQUEUE),
                 })
             }
-            Ok(StageStep::Done(hooks)) => self.hooks_done(stage, dest, hooks).await,
+            Ok(StageStep::Done(hooks)) => self.hooks_done(stage, writer, hooks).await,
             Err(e) => self.failure(Problem::from_cluster(&e)).await,
         }
     }
@@ -158,11 +188,11 @@ impl Cleanup<'_> {
     async fn hooks_done(
         &self,
         stage: Stage,
-        dest: &ResolvedDestination,
+        writer: &ClusterHandle,
         hooks: Vec<Arc<serde_json::Value>>,
     ) -> Result<Action, Error> {
         self.remove_finalizers(&stage.finalizers()).await?;
-        delete_hooks::delete_hooks(&dest.cluster, &hooks).await;
+        delete_hooks::delete_hooks(writer, &hooks).await;
         if !hooks.is_empty() {
             self.event("DeletionHooksCompleted", &format!("{stage:?} hooks completed"))
                 .await;

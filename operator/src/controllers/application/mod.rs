@@ -57,6 +57,7 @@ pub mod deletion;
 pub mod dependencies;
 pub mod executor;
 pub mod findings;
+pub mod identity;
 pub mod source;
 pub mod status;
 pub mod sync;

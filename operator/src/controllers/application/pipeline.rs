@@ -12,7 +12,8 @@ use serde_json::{json, Value};
 
 use super::choice::{self, retry_verdict, retryable, ChoiceInput, Next, RetryVerdict};
 use super::compare::{self, LiveView};
-use super::findings::{AppEvent, Findings, RECOMPARE_REQUEUE, WAIT_REQUEUE};
+use super::findings::{AppEvent, Findings, ERROR_REQUEUE, RECOMPARE_REQUEUE, WAIT_REQUEUE};
+use super::identity;
 use super::status::{self, Problem};
 use super::sync::{self, StepArgs, StepResult};
 use super::{auto_sync, cleanup, delete_hooks, dependencies, peers, periodic, requeue, source, State};
@@ -432,7 +433,14 @@ impl<'a> Pipeline<'a> {
             rendered: synced.rendered,
             prune_confirmed: prune_confirmed(self.app),
         };
-        let (result, written) = self.run_step(dest, &args).await?;
+        let (result, written) = match self.run_step(dest, &args).await? {
+            Ok(step) => step,
+            Err(p) => {
+                self.found.sync_error = Some(p);
+                self.found.requeue_within(ERROR_REQUEUE);
+                return Ok(());
+            }
+        };
         if let Some(w) = written {
             self.written = Some(w);
         }
@@ -500,17 +508,23 @@ impl<'a> Pipeline<'a> {
         }
     }
 
-    /// Decides, persists (write-ahead) and executes one step; returns the result and the write-ahead
-    /// status, if written (the base of this reconcile's status write).
+    /// Decides, persists (write-ahead) and executes one step as the Application's writer; returns the
+    /// result and the write-ahead status, if written (the base of this reconcile's status write), or why
+    /// no writer could be had (nothing was written then).
     async fn run_step(
         &self,
         dest: &ResolvedDestination,
         args: &StepArgs<'_>,
-    ) -> Result<(StepResult, Option<ApplicationStatus>), Error> {
+    ) -> Result<Result<(StepResult, Option<ApplicationStatus>), Problem>, Error> {
+        // Every write of the step goes through the writer (identity::writer); nothing starts without it.
+        let writer = match identity::writer(self.ctx, self.app, &dest.cluster).await {
+            Ok(w) => w,
+            Err(p) => return Ok(Err(p)),
+        };
         let (api, app) = (self.api.clone(), self.app);
         let base = self.written.clone();
         let written = std::sync::Mutex::new(None);
-        let result = sync::run(&dest.cluster, args, |op_state| {
+        let result = sync::run(&writer, args, |op_state| {
             let mut next = base.clone().unwrap_or_default();
             next.operation_state = Some(op_state);
             let written = &written;
@@ -524,7 +538,7 @@ impl<'a> Pipeline<'a> {
         })
         .await?;
         let written = lock(&written).take();
-        Ok((result, written))
+        Ok(Ok((result, written)))
     }
 
     /// A sync that just succeeded is compared again against what its applies returned, so the status

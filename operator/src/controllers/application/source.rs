@@ -67,7 +67,8 @@ pub async fn resolve(
     let rev =
         Revision::parse(revision).map_err(|e| Problem::invalid_spec("InvalidSpec", format!("targetRevision: {e}")))?;
     let repos = state.repositories();
-    let repo = matching_repository(&repos, &source.repo_url, &ns, ctx.namespace());
+    let repo = matching_repository(&repos, &source.repo_url, &ns, ctx.namespace())
+        .map_err(|e| Problem::new(e.category, e.message))?;
     let creds = credentials(ctx, &repos, repo.as_deref(), &ns, &url)
         .await
         .map_err(|e| {

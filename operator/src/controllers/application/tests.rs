@@ -45,6 +45,7 @@ async fn create_app(env: &Env, name: &str, path: &str, sync_policy: SyncPolicy) 
                 server: Some("https://kubernetes.default.svc".into()),
                 name: None,
                 namespace: Some("apps".into()),
+                service_account_name: None,
             },
             sync_policy: Some(sync_policy),
             ..ApplicationSpec::default()

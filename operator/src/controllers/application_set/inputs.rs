@@ -22,8 +22,9 @@ use kube::ResourceExt;
 
 use crate::api::{Cluster, Repository};
 use crate::appset::{GitTree, GitTrees};
+use crate::api::tenancy::source_namespace_allowed;
 use crate::controllers::git_access::{credentials, fetch, matching_repository};
-use crate::controllers::notifier::{repository_serves, url_key};
+use crate::controllers::notifier::url_key;
 use crate::controllers::repository::sanitize;
 use crate::controllers::Context;
 use crate::render::paths::{self, AbsolutePaths};
@@ -32,11 +33,15 @@ use crate::source::{Commit, RepoUrl, Revision, SourceError};
 /// Most files and directories one checkout may hold for a Git generator.
 pub const MAX_ENTRIES: usize = 100_000;
 
-/// The Cluster objects a set in `namespace` may use: its own namespace's and the operator namespace's.
+/// The Cluster objects a set in `namespace` may use: its own namespace's, and those of the operator
+/// namespace whose `spec.sourceNamespaces` lists `namespace`.
 pub fn clusters_for(all: &[Arc<Cluster>], namespace: &str, operator_ns: &str) -> Vec<Cluster> {
     let mut out: Vec<Cluster> = all
         .iter()
-        .filter(|c| repository_serves(&c.namespace().unwrap_or_default(), namespace, operator_ns))
+        .filter(|c| {
+            let cluster_ns = c.namespace().unwrap_or_default();
+            source_namespace_allowed(&c.spec.source_namespaces, &cluster_ns, operator_ns, namespace)
+        })
         .map(|c| c.as_ref().clone())
         .collect();
     out.sort_by_key(|c| (c.namespace(), c.name_any()));
@@ -223,7 +228,7 @@ pub async fn load_tree(
     let Freshness { force, fresh_for } = how;
     let url = RepoUrl::parse(repo_url).map_err(|e| format!("repoURL: {e}"))?;
     let rev = Revision::parse(revision).map_err(|e| format!("revision: {e}"))?;
-    let repo = matching_repository(repos, repo_url, namespace, ctx.namespace());
+    let repo = matching_repository(repos, repo_url, namespace, ctx.namespace()).map_err(|e| e.message)?;
     let creds = credentials(ctx, repos, repo.as_deref(), namespace, &url)
         .await
         .map_err(|e| e.message)?;

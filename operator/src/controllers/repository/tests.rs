@@ -47,6 +47,8 @@ fn repo(ns: &str, name: &str, url: &str, template: bool, secret: Option<&str>) -
             credential_template: template,
             secret_ref: secret.map(|s| LocalObjectReference { name: s.into() }),
             poll_interval: "60s".into(),
+            // Widens only the operator namespace's: elsewhere a Repository serves its own namespace.
+            source_namespaces: vec!["*".into()],
             ..RepositorySpec::default()
         },
         status: None,
