@@ -867,8 +867,17 @@ impl AppEnv {
         Self::start_with(prefix, OperatorOptions::default()).await
     }
 
-    /// As [`AppEnv::start`], with operator options.
+    /// As [`AppEnv::start`], with operator options. The test namespace gets a `capstan-deployer`
+    /// ServiceAccount bound to `cluster-admin`: tests about something else than tenancy deploy anything
+    /// (tenancy tests use [`AppEnv::start_tenant`]).
     pub async fn start_with(prefix: &str, options: OperatorOptions) -> Self {
+        let env = Self::start_tenant(prefix, options).await;
+        env.cluster.apply(&admin_deployer(&env.ns), &[]).await;
+        env
+    }
+
+    /// As [`AppEnv::start_with`] without any ServiceAccount: the test sets up the tenant's rights itself.
+    pub async fn start_tenant(prefix: &str, options: OperatorOptions) -> Self {
         let cluster = TestCluster::start();
         install_crds(cluster.kubectl_runner()).await;
         let ns = cluster.with_namespace(prefix).await;
@@ -1114,6 +1123,17 @@ pub fn application(ns: &str, name: &str, repo_url: &str, path: &str, dest_ns: &s
     });
     merge(&mut app["spec"], &spec);
     app
+}
+
+/// ServiceAccount `capstan-deployer` in `ns` (what tenant Applications of `ns` write as), bound to
+/// `cluster-admin`.
+pub fn admin_deployer(ns: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: capstan-deployer, namespace: {ns}}}\n---\n\
+         apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {{name: capstan-deployer-{ns}}}\n\
+         roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}}\n\
+         subjects: [{{kind: ServiceAccount, name: capstan-deployer, namespace: {ns}}}]\n"
+    )
 }
 
 /// `syncPolicy.automated` with `prune` and `selfHeal`.

@@ -4,7 +4,7 @@
 //! allowed path syncs; every write made for a tenant carries the impersonation header of the right
 //! ServiceAccount and no group header (counted in devcluster's request log).
 
-use capstan_e2e::capstan::{application, automated, condition, summarize_app, text, AppEnv};
+use capstan_e2e::capstan::{application, automated, condition, summarize_app, text, AppEnv, OperatorOptions};
 use devcluster::RequestRecord;
 use serde_json::{json, Value};
 
@@ -99,7 +99,7 @@ async fn kubectl_absent(env: &AppEnv, args: &[&str]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tenant_writes_are_impersonated_and_escapes_fail() {
-    let env = AppEnv::start("team").await;
+    let env = AppEnv::start_tenant("team", OperatorOptions::default()).await;
     let other = env.cluster.with_namespace("other").await;
     env.cluster.apply(&team_rbac(&env.ns), &[]).await;
     env.repo.write("escape/crb.yaml", CLUSTER_ADMIN_BINDING);
@@ -175,7 +175,7 @@ async fn tenant_writes_are_impersonated_and_escapes_fail() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_or_invalid_service_accounts_stop_the_sync() {
-    let env = AppEnv::start("nosa").await;
+    let env = AppEnv::start_tenant("nosa", OperatorOptions::default()).await;
     env.repo.write("app/cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {a: b}\n");
     env.repo.commit("a configmap").await;
     let auto = automated(true, false);
