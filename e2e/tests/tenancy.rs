@@ -69,12 +69,31 @@ data: {mode: tenant}
 /// Every condition and the operation message of `app`, for assertions on what it reports.
 fn reported(app: &Value) -> String {
     let mut out = text(app, "/status/operationState/message").to_string();
-    for c in app.pointer("/status/conditions").and_then(Value::as_array).into_iter().flatten() {
-        out.push_str(&format!("\n{}/{}: {}", text(c, "/type"), text(c, "/reason"), text(c, "/message")));
-    }
-    for r in app.pointer("/status/operationState/syncResult/resources").and_then(Value::as_array).into_iter().flatten()
+    for c in app
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
     {
-        out.push_str(&format!("\n{} {}: {}", text(r, "/kind"), text(r, "/name"), text(r, "/message")));
+        out.push_str(&format!(
+            "\n{}/{}: {}",
+            text(c, "/type"),
+            text(c, "/reason"),
+            text(c, "/message")
+        ));
+    }
+    for r in app
+        .pointer("/status/operationState/syncResult/resources")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        out.push_str(&format!(
+            "\n{} {}: {}",
+            text(r, "/kind"),
+            text(r, "/name"),
+            text(r, "/message")
+        ));
     }
     out
 }
@@ -108,7 +127,10 @@ async fn tenant_writes_are_impersonated_and_escapes_fail() {
         "other/cm.yaml",
         &format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: planted, namespace: {other}}}\ndata: {{a: b}}\n"),
     );
-    env.repo.write("system/cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: planted}\ndata: {a: b}\n");
+    env.repo.write(
+        "system/cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: planted}\ndata: {a: b}\n",
+    );
     env.repo.commit("a tenant's manifests").await;
     let mark = env.cluster.requests().len();
 
@@ -124,7 +146,9 @@ async fn tenant_writes_are_impersonated_and_escapes_fail() {
     // The allowed path: a Role and RoleBinding in its own namespace.
     env.wait_synced_healthy("allowed").await;
     env.must_get("ConfigMap", "settings").await;
-    env.cluster.kubectl_ok(&["get", "rolebinding", "reader", "-n", &env.ns]).await;
+    env.cluster
+        .kubectl_ok(&["get", "rolebinding", "reader", "-n", &env.ns])
+        .await;
 
     // Each escape fails with the API server's Forbidden naming the ServiceAccount; nothing is created.
     let sa = format!("system:serviceaccount:{}:capstan-deployer", env.ns);
@@ -157,7 +181,12 @@ async fn tenant_writes_are_impersonated_and_escapes_fail() {
     let wrong: Vec<String> = writes
         .iter()
         .filter(|r| r.impersonated_user.as_deref() != Some(sa.as_str()) || r.impersonated_groups != expected_groups)
-        .map(|r| format!("{} {} {} as {:?} {:?}", r.status, r.method, r.path, r.impersonated_user, r.impersonated_groups))
+        .map(|r| {
+            format!(
+                "{} {} {} as {:?} {:?}",
+                r.status, r.method, r.path, r.impersonated_user, r.impersonated_groups
+            )
+        })
         .collect();
     assert!(wrong.is_empty(), "writes not made as {sa}:\n{}", wrong.join("\n"));
     let denied = writes.iter().filter(|r| r.status == 403).count();
@@ -176,7 +205,10 @@ async fn tenant_writes_are_impersonated_and_escapes_fail() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_or_invalid_service_accounts_stop_the_sync() {
     let env = AppEnv::start_tenant("nosa", OperatorOptions::default()).await;
-    env.repo.write("app/cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {a: b}\n");
+    env.repo.write(
+        "app/cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {a: b}\n",
+    );
     env.repo.commit("a configmap").await;
     let auto = automated(true, false);
     let mut ghost = application(&env.ns, "ghost", &env.repo.url(), "app", &env.ns, auto.clone());
@@ -189,11 +221,20 @@ async fn missing_or_invalid_service_accounts_stop_the_sync() {
 
     for (name, reason, names) in [
         ("ghost", "ServiceAccountNotFound", format!("{}/ghost", env.ns)),
-        ("default", "ServiceAccountNotFound", format!("{}/capstan-deployer", env.ns)),
-        ("smuggled", "InvalidServiceAccountName", "kube-system:default".to_string()),
+        (
+            "default",
+            "ServiceAccountNotFound",
+            format!("{}/capstan-deployer", env.ns),
+        ),
+        (
+            "smuggled",
+            "InvalidServiceAccountName",
+            "kube-system:default".to_string(),
+        ),
     ] {
         env.wait_app(name, "SyncError names the ServiceAccount", |a| {
-            condition(a, "SyncError").is_some_and(|c| text(c, "/reason") == reason && text(c, "/message").contains(&names))
+            condition(a, "SyncError")
+                .is_some_and(|c| text(c, "/reason") == reason && text(c, "/message").contains(&names))
         })
         .await;
     }

@@ -79,7 +79,10 @@ pub fn validate_service_account_name(name: &str) -> Result<(), String> {
     if name.len() > 63 {
         return bad("longer than 63 characters");
     }
-    if !name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') {
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    {
         return bad("only lower-case letters, digits and '-' are allowed (a DNS-1123 label)");
     }
     if name.starts_with('-') || name.ends_with('-') {

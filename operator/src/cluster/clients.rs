@@ -458,7 +458,13 @@ impl ClusterClients {
                 .collect();
             match matches.len() {
                 0 => continue,
-                1 => return self.permitted(app_namespace, matches.remove(0), &format!("Cluster with server {server:?}")),
+                1 => {
+                    return self.permitted(
+                        app_namespace,
+                        matches.remove(0),
+                        &format!("Cluster with server {server:?}"),
+                    )
+                }
                 n => {
                     return Err(ClusterError::InvalidConfig(format!(
                         "{n} Clusters in namespace {ns:?} have server {server:?}; use destination.name"

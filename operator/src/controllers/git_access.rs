@@ -278,14 +278,30 @@ mod tests {
         };
         let name = |r: Result<Option<Arc<Repository>>, CredentialError>| r.map(|o| o.map(|r| r.name_any()));
         let listed = vec![shared(&["team-*"])];
-        assert_eq!(name(matching_repository(&listed, url, "team-a", op)), Ok(Some("shared".into())));
+        assert_eq!(
+            name(matching_repository(&listed, url, "team-a", op)),
+            Ok(Some("shared".into()))
+        );
         let denied = matching_repository(&listed, url, "shop", op).unwrap_err();
         assert_eq!(denied.category, NOT_PERMITTED);
-        assert!(!denied.message.contains("shared"), "no hint of the Repository: {}", denied.message);
+        assert!(
+            !denied.message.contains("shared"),
+            "no hint of the Repository: {}",
+            denied.message
+        );
         let unlisted = vec![shared(&[])];
-        assert_eq!(matching_repository(&unlisted, url, "team-a", op).unwrap_err().category, NOT_PERMITTED);
-        assert_eq!(name(matching_repository(&unlisted, url, op, op)), Ok(Some("shared".into())));
+        assert_eq!(
+            matching_repository(&unlisted, url, "team-a", op).unwrap_err().category,
+            NOT_PERMITTED
+        );
+        assert_eq!(
+            name(matching_repository(&unlisted, url, op, op)),
+            Ok(Some("shared".into()))
+        );
         // No Repository for the URL at all: an anonymous fetch, as before.
-        assert_eq!(name(matching_repository(&unlisted, "https://other.example/x", "team-a", op)), Ok(None));
+        assert_eq!(
+            name(matching_repository(&unlisted, "https://other.example/x", "team-a", op)),
+            Ok(None)
+        );
     }
 }

@@ -70,7 +70,11 @@ pub fn of_app(ctx: &Context, app: &Application) -> Result<Identity, Problem> {
 /// The handle `app`'s writes go through on `cluster` (the destination's connection): `cluster` itself for
 /// the operator's identity, else its impersonating handle, once the ServiceAccount was found on that
 /// cluster (read with the operator's rights).
-pub async fn writer(ctx: &Context, app: &Application, cluster: &Arc<ClusterHandle>) -> Result<Arc<ClusterHandle>, Problem> {
+pub async fn writer(
+    ctx: &Context,
+    app: &Application,
+    cluster: &Arc<ClusterHandle>,
+) -> Result<Arc<ClusterHandle>, Problem> {
     let Identity::ServiceAccount { namespace, name } = of_app(ctx, app)? else {
         return Ok(cluster.clone());
     };
@@ -112,19 +116,35 @@ mod tests {
 
     #[test]
     fn tenants_default_to_the_default_service_account() {
-        assert_eq!(identity("team-a", OP, None, "capstan-deployer"), Ok(sa("team-a", "capstan-deployer")));
-        assert_eq!(identity("team-a", OP, Some("web"), "capstan-deployer"), Ok(sa("team-a", "web")));
+        assert_eq!(
+            identity("team-a", OP, None, "capstan-deployer"),
+            Ok(sa("team-a", "capstan-deployer"))
+        );
+        assert_eq!(
+            identity("team-a", OP, Some("web"), "capstan-deployer"),
+            Ok(sa("team-a", "web"))
+        );
     }
 
     #[test]
     fn the_operator_namespace_uses_the_operators_rights_unless_it_names_one() {
         assert_eq!(identity(OP, OP, None, "capstan-deployer"), Ok(Identity::Operator));
-        assert_eq!(identity(OP, OP, Some("platform"), "capstan-deployer"), Ok(sa(OP, "platform")));
+        assert_eq!(
+            identity(OP, OP, Some("platform"), "capstan-deployer"),
+            Ok(sa(OP, "platform"))
+        );
     }
 
     #[test]
     fn bad_names_are_refused_never_widened() {
-        for bad in ["team-b:admin", "system:serviceaccount:kube-system:default", "../x", "", " a", "A"] {
+        for bad in [
+            "team-b:admin",
+            "system:serviceaccount:kube-system:default",
+            "../x",
+            "",
+            " a",
+            "A",
+        ] {
             let refused = identity("team-a", OP, Some(bad), "capstan-deployer").unwrap_err();
             assert_eq!(refused.reason, REASON_INVALID_SA, "{bad:?}");
         }

@@ -20,9 +20,9 @@ use std::time::Instant;
 
 use kube::ResourceExt;
 
+use crate::api::tenancy::source_namespace_allowed;
 use crate::api::{Cluster, Repository};
 use crate::appset::{GitTree, GitTrees};
-use crate::api::tenancy::source_namespace_allowed;
 use crate::controllers::git_access::{credentials, fetch, matching_repository};
 use crate::controllers::notifier::url_key;
 use crate::controllers::repository::sanitize;
