@@ -452,6 +452,10 @@ async fn remote_cluster_destination_by_name_receives_the_objects() {
     let remote = TestCluster::start();
     let remote_ns = remote.with_namespace("edge-apps").await;
     remote.kubectl_ok(&["create", "namespace", OPERATOR_NAMESPACE]).await;
+    // Writes are made as the Application's ServiceAccount on the remote cluster (impersonated with the chart's
+    // rights there): it must exist there, in a namespace named like the Application's.
+    remote.kubectl_ok(&["create", "namespace", &env.ns]).await;
+    remote.apply(&capstan_e2e::capstan::admin_deployer(&env.ns), &[]).await;
     let token = chart::token_for(&remote, chart::Identity::Operator).await;
     let secret = |name: &str, ca: String| {
         json!({

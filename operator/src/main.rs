@@ -24,7 +24,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the operator.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print every CRD as a YAML stream, or write one file per CRD with --out-dir.
     Crd {
         /// Write `<plural>.capstan.dev.yaml` files into this directory instead of printing.
@@ -96,7 +96,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Run(args) => {
             let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-            runtime.block_on(operate(args))?;
+            runtime.block_on(operate(*args))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Crd { out_dir: Some(dir) } => {

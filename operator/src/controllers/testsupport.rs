@@ -1,11 +1,13 @@
 //! One environment for the controller tests: an in-process devcluster serving Capstan's CRDs with the
-//! namespaces `apps` and `capstan-system`, a bare Git repository served over `file://` (commits made
+//! namespaces `apps` and `capstan-system` (`apps` with an admin-bound `capstan-deployer`, the ServiceAccount
+//! its Applications write as), a bare Git repository served over `file://` (commits made
 //! with `source::testsupport`), a [`Context`] wired to both, and builders for the specs tests write.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ObjectMeta, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -42,7 +44,8 @@ pub struct Env {
 }
 
 impl Env {
-    /// Starts the devcluster, installs every CRD, creates the namespaces and an empty repository.
+    /// Starts the devcluster, installs every CRD, creates the namespaces, `apps`' deployer and an empty
+    /// repository.
     /// Panics when the CRDs are not served within 10 s.
     pub async fn start() -> Env {
         let dev = devcluster::start(devcluster::Config::default()).expect("devcluster");
@@ -68,6 +71,7 @@ impl Env {
                 .await
                 .expect("ns");
         }
+        admin_deployer(&client).await;
         wait_for_crds(&client).await;
         let tmp = tempfile::tempdir().expect("tmp");
         let repo_path = tmp.path().join("repo.git");
@@ -102,6 +106,29 @@ impl Env {
         let clusters = ClusterClients::new(self.config.clone(), OPERATOR_NS).expect("clusters");
         Arc::new(Context::new(self.client.clone(), settings, Arc::new(git), metrics).with_clusters(Arc::new(clusters)))
     }
+}
+
+/// ServiceAccount `capstan-deployer` in [`NS`], bound to `cluster-admin`: Applications of [`NS`] write as
+/// it (`controllers::application::identity`), and tests about something else than tenancy deploy anything.
+async fn admin_deployer(client: &Client) {
+    let deployer = serde_json::json!({
+        "apiVersion": "v1", "kind": "ServiceAccount",
+        "metadata": {"name": "capstan-deployer", "namespace": NS},
+    });
+    Api::<ServiceAccount>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &serde_json::from_value(deployer).expect("sa"))
+        .await
+        .expect("sa");
+    let binding = serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "apps-deployer"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": "capstan-deployer", "namespace": NS}],
+    });
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .create(&PostParams::default(), &serde_json::from_value(binding).expect("crb"))
+        .await
+        .expect("crb");
 }
 
 /// Waits until the Application and ApplicationSet kinds are served; panics after 10 s.
