@@ -58,6 +58,7 @@ pub fn matching_repository(
         None if any => Err(CredentialError {
             category: NOT_PERMITTED,
             message: format!("repository {repo_url:?} is not permitted for namespace {ns:?}"),
+            transient: false,
         }),
         None => Ok(None),
     }

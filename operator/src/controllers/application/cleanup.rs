@@ -68,8 +68,14 @@ pub async fn cleanup(app: &Application, ctx: &Context, state: &Arc<State>) -> Re
         Ok(w) => w,
         Err(p) if p.reason == identity::REASON_SA_NOT_FOUND => {
             let note = format!("{}; managed resources are left in place: {}", p.message, orphans(app));
-            ctx.publish_event(&event_ref(app), EventType::Warning, "ServiceAccountGone", "Delete", &note)
-                .await;
+            ctx.publish_event(
+                &event_ref(app),
+                EventType::Warning,
+                "ServiceAccountGone",
+                "Delete",
+                &note,
+            )
+            .await;
             return cleanup.release("service account gone").await;
         }
         Err(p) => return cleanup.failure(p).await,

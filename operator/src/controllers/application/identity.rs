@@ -79,12 +79,14 @@ pub async fn writer(
         return Ok(cluster.clone());
     };
     let gvk = GroupVersionKind::gvk("", "v1", "ServiceAccount");
-    let found = ops::get(cluster, &gvk, &namespace, &name)
-        .await
-        .map_err(|e| {
-            let kind = Problem::from_cluster(&e).kind;
-            Problem::of_kind(kind, e.category(), format!("looking up the ServiceAccount to sync as: {e}"))
-        })?;
+    let found = ops::get(cluster, &gvk, &namespace, &name).await.map_err(|e| {
+        let kind = Problem::from_cluster(&e).kind;
+        Problem::of_kind(
+            kind,
+            e.category(),
+            format!("looking up the ServiceAccount to sync as: {e}"),
+        )
+    })?;
     if found.is_none() {
         return Err(Problem::new(
             REASON_SA_NOT_FOUND,
