@@ -32,11 +32,14 @@ pub const RELEASE: &str = "capstan";
 
 /// The kinds the e2e fixtures' Applications deploy, as `rbac.deploy.rules`: what a platform team would
 /// narrow the deploy role to. Applications of Applications (app of apps) need nothing more: the controller's
-/// own role already covers Applications.
+/// own role already covers Applications. RBAC objects are only read (the live cache watches what tenant
+/// Applications deploy): the tenancy tests' Roles, RoleBindings and ClusterRoleBindings are written as the
+/// tenant's ServiceAccount, so the operator's own rights could not have written them.
 pub const E2E_DEPLOY_RULES: &str = r#"[
   {"apiGroups": [""], "resources": ["configmaps", "secrets", "services", "serviceaccounts", "pods", "namespaces"], "verbs": ["*"]},
   {"apiGroups": ["apps"], "resources": ["deployments", "replicasets"], "verbs": ["*"]},
-  {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["*"]}
+  {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["*"]},
+  {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "rolebindings", "clusterrolebindings"], "verbs": ["get", "list", "watch"]}
 ]"#;
 
 /// Which of the chart's ServiceAccounts a process runs as.
