@@ -568,6 +568,7 @@ pub fn resource(kind: &str) -> ApiResource {
         "Pod" => ("", "v1", "pods"),
         "Secret" => ("", "v1", "secrets"),
         "Namespace" => ("", "v1", "namespaces"),
+        "CustomResourceDefinition" => ("apiextensions.k8s.io", "v1", "customresourcedefinitions"),
         "Deployment" => ("apps", "v1", "deployments"),
         "ReplicaSet" => ("apps", "v1", "replicasets"),
         "Job" => ("batch", "v1", "jobs"),

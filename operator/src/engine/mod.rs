@@ -6,3 +6,4 @@ pub mod diff;
 pub mod health;
 pub mod object;
 pub mod plan;
+pub mod protect;

@@ -25,6 +25,7 @@ use crate::cluster::{ClusterError, ClusterHandle, ResolvedDestination};
 use crate::controllers::status::{now, write_status};
 use crate::controllers::{Context, Error, ErrorKind, KubeStep};
 use crate::engine::plan::delete_hooks::Stage;
+use crate::engine::protect::Protection;
 use crate::text::short_sha;
 
 /// The cleanup of `app` (see the module doc).
@@ -129,7 +130,17 @@ impl Cleanup<'_> {
             return Ok(Action::requeue(deletion::DELETE_POLL));
         }
         let propagation = deletion::propagation(cascade);
-        match deletion::delete_tracked(writer, &ns, &name, &view.own, propagation).await {
+        let who = Protection {
+            operator_namespace: &self.ctx.settings.namespace,
+            app_namespace: &ns,
+            app_name: &name,
+        };
+        for note in deletion::deletable(&who, &view.own).1 {
+            self.ctx
+                .publish_event(&event_ref(self.app), EventType::Warning, "DeletionGuarded", "Delete", &note)
+                .await;
+        }
+        match deletion::delete_tracked(writer, &who, &view.own, propagation).await {
             Ok(Progress::Done) if post => {
                 let names: Vec<&str> = cascade.iter().map(String::as_str).collect();
                 self.remove_finalizers(&names).await?;

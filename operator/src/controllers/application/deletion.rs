@@ -19,6 +19,7 @@
 //!   orphan`, or remove the finalizer: `kubectl patch capp NAME --type=json
 //!   -p='[{"op":"remove","path":"/metadata/finalizers"}]'`. Attempts go on with backoff meanwhile.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use kube::{Api, ResourceExt};
@@ -29,6 +30,7 @@ use crate::api::Application;
 use crate::cluster::ops::{self, DeleteOptions, DeleteOutcome, Propagation};
 use crate::cluster::{ClusterError, ClusterHandle};
 use crate::engine::object;
+use crate::engine::protect::{self, Protection, Removal};
 
 use super::compare::gvk_of;
 
@@ -112,20 +114,35 @@ pub async fn delete_live(cluster: &ClusterHandle, obj: &Value, propagation: Prop
     }
 }
 
-/// Deletes every live object tracked by `app_ns/app_name` (objects already terminating are waited
-/// for). `live` must be the Application's instance objects from a complete cache.
-pub async fn delete_tracked(
-    cluster: &ClusterHandle,
-    app_ns: &str,
-    app_name: &str,
-    live: &[std::sync::Arc<Value>],
-    propagation: Propagation,
-) -> Result<Progress, ClusterError> {
-    let owned: Vec<&Value> = live
+/// The live objects tracked by `who`'s Application that a cascade deletion may delete, and the
+/// messages of the guards that hold the others back (see `engine::protect`).
+pub fn deletable<'v>(who: &Protection<'_>, live: &'v [Arc<Value>]) -> (Vec<&'v Value>, Vec<String>) {
+    let mut held = Vec::new();
+    let owned = live
         .iter()
         .map(|o| o.as_ref())
-        .filter(|o| object::is_tracked_by(o, app_ns, app_name))
+        .filter(|o| object::is_tracked_by(o, who.app_namespace, who.app_name))
+        .filter(|o| match protect::guard(who, o, Removal::Cascade) {
+            Some(g) => {
+                held.push(g.message(o));
+                false
+            }
+            None => true,
+        })
         .collect();
+    (owned, held)
+}
+
+/// Deletes every live object tracked by `who`'s Application that no guard holds (objects already
+/// terminating are waited for). `live` must be the Application's instance objects from a complete
+/// cache. This is the cascade's single I/O step: every delete goes through `cluster`.
+pub async fn delete_tracked(
+    cluster: &ClusterHandle,
+    who: &Protection<'_>,
+    live: &[Arc<Value>],
+    propagation: Propagation,
+) -> Result<Progress, ClusterError> {
+    let (owned, _) = deletable(who, live);
     if owned.is_empty() {
         return Ok(Progress::Done);
     }
@@ -161,6 +178,44 @@ pub async fn remove_finalizers(api: &Api<Application>, app: &Application, names:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn guarded_objects_are_left_and_reported() {
+        use serde_json::json;
+        let tracked = |api: &str, kind: &str, ns: &str, name: &str, extra: Value| {
+            let key = object::ObjectKey::of(&json!({"apiVersion": api, "kind": kind,
+                "metadata": {"name": name, "namespace": ns}}));
+            let mut annotations = json!({"capstan.dev/tracking-id": format!("capstan-system/capstan-system:{key}")});
+            if let (Some(a), Some(e)) = (annotations.as_object_mut(), extra.as_object()) {
+                a.extend(e.clone());
+            }
+            Arc::new(json!({"apiVersion": api, "kind": kind,
+                "metadata": {"name": name, "namespace": ns, "annotations": annotations}}))
+        };
+        let live = vec![
+            tracked("apiextensions.k8s.io/v1", "CustomResourceDefinition", "", "applications.capstan.dev", json!({})),
+            tracked("apiextensions.k8s.io/v1", "CustomResourceDefinition", "", "widgets.example.com", json!({})),
+            tracked("v1", "Namespace", "", "capstan-system", json!({})),
+            tracked("capstan.dev/v1alpha1", "Application", "capstan-system", "capstan-system", json!({})),
+            tracked("v1", "ConfigMap", "shop", "kept", json!({"helm.sh/resource-policy": "keep"})),
+            tracked("v1", "ConfigMap", "shop", "stays", json!({"capstan.dev/sync-options": "Delete=false"})),
+            tracked("v1", "ConfigMap", "shop", "goes", json!({})),
+            tracked("capstan.dev/v1alpha1", "Application", "capstan-system", "user-app", json!({})),
+        ];
+        let who = Protection {
+            operator_namespace: "capstan-system",
+            app_namespace: "capstan-system",
+            app_name: "capstan-system",
+        };
+        let (delete, held) = deletable(&who, &live);
+        let names: Vec<&str> = delete.iter().map(|o| object::name(o)).collect();
+        assert_eq!(names, ["goes", "user-app"]);
+        let guards: Vec<&str> = held.iter().map(|m| m.split(' ').nth(1).unwrap_or_default()).collect();
+        assert_eq!(
+            guards,
+            ["CapstanCRD", "CustomResourceDefinition", "OperatorNamespace", "SelfApplication", "HelmResourcePolicyKeep", "DeleteFalse"]
+        );
+    }
 
     #[test]
     fn propagation_follows_the_finalizers() {

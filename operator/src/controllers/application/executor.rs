@@ -30,6 +30,8 @@ pub struct Owner<'a> {
     pub namespace: &'a str,
     /// Name of the Application.
     pub name: &'a str,
+    /// The operator's namespace (self-protection).
+    pub operator_namespace: &'a str,
 }
 
 /// Applies in flight at once within one kind (Argo CD runs a wave's tasks concurrently, at most

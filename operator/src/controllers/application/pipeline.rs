@@ -419,6 +419,7 @@ impl<'a> Pipeline<'a> {
             owner: Owner {
                 namespace: &self.ns,
                 name: &self.name,
+                operator_namespace: &self.ctx.settings.namespace,
             },
             destination_namespace: &observed.dest_ns,
             revision: &synced.revision,

@@ -28,6 +28,9 @@ pub const CONDITION_DELETION_ERROR: &str = "DeletionError";
 pub const CONDITION_RESOURCES_TRUNCATED: &str = "ResourcesTruncated";
 /// Condition type: a destination or object namespace is outside the Cluster's `spec.namespaces`.
 pub const CONDITION_INVALID_SPEC_ERROR: &str = "InvalidSpecError";
+/// Condition type: a self-protection guard held a resource back from a prune (reason `Guard`; the
+/// message names the guard and the resource). Capstan addition.
+pub const CONDITION_PROTECTED_RESOURCE: &str = "ProtectedResourceWarning";
 /// Most entries kept in `status.resources` (status stays far below etcd's object size limit).
 pub const MAX_RESOURCES: usize = 5000;
 /// Longest `operationState.message` / health message kept.
@@ -230,8 +233,21 @@ fn apply_comparison(status: &mut ApplicationStatus, input: &StatusInput<'_>) {
     }
 }
 
+/// The guards the last sync's prunes tripped (their results start with "guard "), as one problem.
+fn guarded(status: &ApplicationStatus) -> Option<Problem> {
+    let results = status.operation_state.as_ref()?.sync_result.as_ref()?;
+    let held: Vec<&str> = results
+        .resources
+        .iter()
+        .filter_map(|r| r.message.as_deref())
+        .filter(|m| m.starts_with("guard "))
+        .collect();
+    (!held.is_empty()).then(|| Problem::new("Guard", truncate(&held.join("; "), MAX_STATUS_MESSAGE)))
+}
+
 fn set_conditions(status: &mut ApplicationStatus, input: &StatusInput<'_>) {
     let (gen, now) = (input.generation, &input.now);
+    let protected = guarded(status);
     let conds = &mut status.conditions;
     let mut toggle = |type_: &str, problem: Option<&Problem>| match problem {
         Some(p) => set_condition(conds, type_, STATUS_TRUE, p.reason, &p.message, gen, now),
@@ -243,6 +259,7 @@ fn set_conditions(status: &mut ApplicationStatus, input: &StatusInput<'_>) {
     toggle(CONDITION_INVALID_SPEC_ERROR, input.invalid_spec.as_ref());
     toggle(CONDITION_POLICY_DENIED, input.policy_denied.as_ref());
     toggle(CONDITION_POLICY_WARNING, input.policy_warning.as_ref());
+    toggle(CONDITION_PROTECTED_RESOURCE, protected.as_ref());
     if let Some(c) = input.compared {
         let shared = (!c.shared.is_empty()).then(|| Problem::new("SharedResource", c.shared.join("; ")));
         toggle(CONDITION_SHARED_RESOURCE_WARNING, shared.as_ref());

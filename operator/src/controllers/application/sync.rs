@@ -82,6 +82,7 @@ pub fn decide(args: &StepArgs<'_>, now: Timestamp) -> StepOutput {
         ctx: PlanContext {
             app_namespace: args.owner.namespace,
             app_name: args.owner.name,
+            operator_namespace: args.owner.operator_namespace,
             destination_namespace: args.destination_namespace,
             revision: args.revision,
             scope: &scopes,

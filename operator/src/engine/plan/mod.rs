@@ -95,6 +95,8 @@ pub struct PlanContext<'a> {
     pub app_namespace: &'a str,
     /// Name of the Application.
     pub app_name: &'a str,
+    /// The operator's own namespace (never pruned, see `engine::protect`).
+    pub operator_namespace: &'a str,
     /// `spec.destination.namespace` (may be empty).
     pub destination_namespace: &'a str,
     /// The resolved revision being synced (commit SHA).

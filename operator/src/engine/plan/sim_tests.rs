@@ -983,6 +983,7 @@ fn step_input<'a>(
         ctx: PlanContext {
             app_namespace: APP_NS,
             app_name: APP,
+            operator_namespace: "capstan-system",
             destination_namespace: "shop",
             revision: REV,
             scope: &scope,

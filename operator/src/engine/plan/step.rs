@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use super::options::{AppOptions, Propagation, PruneOption};
 use super::order;
+use crate::engine::protect::{self, Guard, Protection, Removal};
 use super::tasks::{self, has_hook_finalizer, SyncTask, TaskSet, TaskSetInput};
 use super::{LiveObject, PlanContext, MAX_MESSAGE_CHARS};
 use crate::api::application::{
@@ -843,6 +844,8 @@ impl<'i, 'a> Planner<'i, 'a> {
             done(ResultCode::PruneSkipped, "ignored (requires pruning)")
         } else if t.options.prune == PruneOption::Disabled {
             done(ResultCode::PruneSkipped, "ignored (no prune)")
+        } else if let Some(g) = self.guard(t) {
+            Some((ResultCode::PruneSkipped, g.message(t.obj())))
         } else if dry_run {
             done(ResultCode::Pruned, "pruned (dry run)")
         } else if t.live_obj().is_some_and(is_terminating) {
@@ -862,6 +865,17 @@ impl<'i, 'a> Planner<'i, 'a> {
                 self.set_result(t, None, Some(OperationPhase::Running), Some(PRUNE_INTENT.into()));
             }
         }
+    }
+
+    /// The self-protection guard that holds `t`'s live object back from a prune, if any.
+    fn guard(&self, t: &SyncTask<'_>) -> Option<Guard> {
+        let ctx = &self.input.ctx;
+        let who = Protection {
+            operator_namespace: ctx.operator_namespace,
+            app_namespace: ctx.app_namespace,
+            app_name: ctx.app_name,
+        };
+        protect::guard(&who, t.obj(), Removal::Prune(t.options.prune))
     }
 
     /// Step 5 (`executeSyncFailPhase`): fail, after running the SyncFail hooks if there are any.

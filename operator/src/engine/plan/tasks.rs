@@ -621,6 +621,7 @@ mod tests {
         PlanContext {
             app_namespace: "capstan",
             app_name: "shop",
+            operator_namespace: "capstan-system",
             destination_namespace: "shop",
             revision: "0123456789abcdef",
             scope: &scope,

@@ -1,0 +1,144 @@
+//! Self-protection end to end: the guards of `engine::protect` hold against a real prune and a real
+//! cascade deletion. A CustomResourceDefinition, a `capstan.dev` CRD, the operator's namespace, the
+//! Application itself, `Delete=false` and `helm.sh/resource-policy: keep` objects stay; everything
+//! else goes; a held prune is reported in the `ProtectedResourceWarning` condition, a held cascade
+//! delete in a `DeletionGuarded` Event.
+
+use capstan_e2e::capstan::{
+    application, automated, condition, events_about, get_object, sync_result_entry, text, workspace_root, AppEnv,
+    APP_TIMEOUT, IN_CLUSTER, OPERATOR_NAMESPACE,
+};
+use capstan_e2e::fixtures::to_yaml;
+use serde_json::{json, Value};
+
+fn crd(group: &str, plural: &str, kind: &str) -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{group}")},
+        "spec": {"group": group, "scope": "Namespaced",
+                 "names": {"plural": plural, "singular": kind.to_lowercase(), "kind": kind},
+                 "versions": [{"name": "v1", "served": true, "storage": true,
+                               "schema": {"openAPIV3Schema": {"type": "object",
+                                          "x-kubernetes-preserve-unknown-fields": true}}}]}
+    })
+}
+
+fn configmap(name: &str, annotations: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+           "metadata": {"name": name, "annotations": annotations}, "data": {"k": name}})
+}
+
+/// The real `applications.capstan.dev` CRD, as `crds/` holds it.
+fn capstan_crd() -> String {
+    std::fs::read_to_string(workspace_root().join("crds/applications.capstan.dev.yaml")).expect("crds/ is readable")
+}
+
+/// An Application `self` in the test namespace that lists itself (a self-managing Application).
+fn self_app(env: &AppEnv, finalizer: bool) -> Value {
+    let mut app = application(&env.ns, "self", &env.repo.url(), "app", &env.ns, automated(true, false));
+    if finalizer {
+        app["metadata"]["finalizers"] = json!(["capstan.dev/resources"]);
+    }
+    app
+}
+
+fn write_tree(env: &AppEnv, with_protected: bool) {
+    let mut objects = vec![configmap("plain", json!({}))];
+    if with_protected {
+        objects.push(crd("example.com", "widgets", "Widget"));
+        objects.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}}));
+        objects.push(configmap("delete-false", json!({"capstan.dev/sync-options": "Delete=false"})));
+        objects.push(configmap("helm-keep", json!({"helm.sh/resource-policy": "keep"})));
+        let mut me = self_app(env, false);
+        me["spec"]["destination"] = json!({"server": IN_CLUSTER, "namespace": env.ns});
+        objects.push(me);
+    }
+    env.repo.write("app/objects.yaml", &to_yaml(&objects));
+    if with_protected {
+        env.repo.write("app/capstan-crd.yaml", &capstan_crd());
+    } else {
+        env.repo.remove("app/capstan-crd.yaml");
+    }
+}
+
+/// A commit removing the CRDs, the operator namespace and the Application itself from Git prunes
+/// none of them; the condition names each guard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prune_never_removes_crds_the_operator_namespace_or_the_application_itself() {
+    let env = AppEnv::start("guardprune").await;
+    write_tree(&env, true);
+    env.repo.commit("protected objects").await;
+    env.apply(&[self_app(&env, false)]).await;
+    env.wait_synced_healthy("self").await;
+
+    write_tree(&env, false);
+    let rev = env.repo.commit("everything protected removed").await;
+    env.refresh("self", "normal").await;
+    let app = env
+        .wait_app("self", "the guards reported", |a| {
+            text(a, "/status/operationState/syncResult/revision") == rev
+                && condition(a, "ProtectedResourceWarning").is_some()
+        })
+        .await;
+    let message = text(condition(&app, "ProtectedResourceWarning").expect("condition"), "/message").to_owned();
+    for guard in ["CustomResourceDefinition", "CapstanCRD", "OperatorNamespace", "SelfApplication"] {
+        assert!(message.contains(&format!("guard {guard} held")), "{guard} in {message}");
+    }
+    let client = env.client().await;
+    for (kind, name) in [
+        ("CustomResourceDefinition", "widgets.example.com"),
+        ("CustomResourceDefinition", "applications.capstan.dev"),
+        ("Namespace", OPERATOR_NAMESPACE),
+    ] {
+        assert!(get_object(&client, "", kind, name).await.is_some(), "{kind} {name} was pruned");
+    }
+    let held = sync_result_entry(&app, "CustomResourceDefinition", "widgets.example.com").expect("a result row");
+    assert_eq!(text(held, "/status"), "PruneSkipped");
+    // Deleted objects that no guard holds still go: the guards are not "never prune".
+    assert!(env.get("ConfigMap", "delete-false").await.is_none(), "Delete=false is about cascade only");
+}
+
+/// Deleting a self-listing Application with a cascade finalizer deletes only what no guard holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cascade_deletion_leaves_guarded_objects_and_says_so() {
+    let env = AppEnv::start("guardcascade").await;
+    write_tree(&env, true);
+    env.repo.commit("protected objects").await;
+    env.apply(&[self_app(&env, true)]).await;
+    env.wait_synced_healthy("self").await;
+    let client = env.client().await;
+
+    env.cluster
+        .kubectl_ok(&["delete", "capp", "self", "-n", &env.ns, "--wait=false"])
+        .await;
+    env.eventually("the Application and the unguarded ConfigMap are gone", APP_TIMEOUT, || {
+        let (client, ns) = (client.clone(), env.ns.clone());
+        async move {
+            let app = get_object(&client, &ns, "Application", "self").await;
+            let plain = get_object(&client, &ns, "ConfigMap", "plain").await;
+            match (app, plain) {
+                (None, None) => Ok(()),
+                (a, p) => Err(format!("application present: {}, plain present: {}", a.is_some(), p.is_some())),
+            }
+        }
+    })
+    .await;
+    for (ns, kind, name) in [
+        ("", "CustomResourceDefinition", "widgets.example.com"),
+        ("", "CustomResourceDefinition", "applications.capstan.dev"),
+        ("", "Namespace", OPERATOR_NAMESPACE),
+        (env.ns.as_str(), "ConfigMap", "delete-false"),
+        (env.ns.as_str(), "ConfigMap", "helm-keep"),
+    ] {
+        assert!(get_object(&client, ns, kind, name).await.is_some(), "{kind} {name} was deleted");
+    }
+    let events = events_about(&client, &env.ns, "Application", "self").await;
+    let guarded: Vec<&str> = events
+        .iter()
+        .filter(|(_, reason, _)| reason == "DeletionGuarded")
+        .map(|(_, _, message)| message.as_str())
+        .collect();
+    for guard in ["CustomResourceDefinition", "CapstanCRD", "OperatorNamespace", "DeleteFalse", "HelmResourcePolicyKeep"] {
+        assert!(guarded.iter().any(|m| m.contains(&format!("guard {guard} held"))), "{guard} in {guarded:?}");
+    }
+}

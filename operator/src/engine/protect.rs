@@ -1,0 +1,229 @@
+//! Self-protection: the objects an Application must never remove, whatever Git says.
+//!
+//! A self-managing installation (`capstan bootstrap`) puts the operator's own CRDs, namespace,
+//! Deployment and the Application that manages them under that very Application. Removing a file
+//! from Git, or deleting the Application with a cascade finalizer, must not turn into suicide:
+//! deleting a `capstan.dev` CRD deletes every Application of the cluster with it, deleting the
+//! operator's namespace stops the operator half-way through, and an Application deleting itself
+//! wedges its own finalizers. These rules are enforced here, in the engine, not by annotations in
+//! Git (an annotation is one careless commit away from gone).
+//!
+//! One pure function, [`guard`], decides for one live object and one kind of removal whether a
+//! guard holds it. The sync planner asks before every prune, the cascade deletion before every
+//! delete, and the comparison leaves the Application itself out of its own health. A held object
+//! is left in place; the caller reports the guard's [`Guard::name`] in a condition and an Event.
+
+use serde_json::Value;
+
+use super::object;
+use super::plan::options::PruneOption;
+
+/// The group whose CRDs no Application may ever delete.
+pub const CAPSTAN_GROUP: &str = "capstan.dev";
+/// Helm's annotation that keeps a resource when its release goes.
+pub const HELM_RESOURCE_POLICY: &str = "helm.sh/resource-policy";
+
+/// How an object would leave the cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Removal {
+    /// A sync prunes it: it is no longer in Git. `prune` is the object's effective `Prune=` option.
+    Prune(PruneOption),
+    /// The Application is deleted with a cascade finalizer.
+    Cascade,
+}
+
+/// A guard that held an object back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Guard {
+    /// A CustomResourceDefinition: never cascade-deleted; pruned only with `Prune=confirm`.
+    Crd,
+    /// A CRD of `capstan.dev`: never deleted by any Application.
+    CapstanCrd,
+    /// The operator's own namespace.
+    OperatorNamespace,
+    /// The Application itself (the self-managing Application lists itself).
+    SelfApplication,
+    /// `Delete=false` in the object's sync options (cascade only).
+    DeleteFalse,
+    /// `helm.sh/resource-policy: keep` (cascade only).
+    HelmKeep,
+}
+
+impl Guard {
+    /// The stable name reported in conditions, events and operation results.
+    pub fn name(self) -> &'static str {
+        match self {
+            Guard::Crd => "CustomResourceDefinition",
+            Guard::CapstanCrd => "CapstanCRD",
+            Guard::OperatorNamespace => "OperatorNamespace",
+            Guard::SelfApplication => "SelfApplication",
+            Guard::DeleteFalse => "DeleteFalse",
+            Guard::HelmKeep => "HelmResourcePolicyKeep",
+        }
+    }
+
+    /// Why the guard holds, for a human.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Guard::Crd => "a CustomResourceDefinition is never deleted with its Application and pruned only with Prune=confirm",
+            Guard::CapstanCrd => "a capstan.dev CustomResourceDefinition is never deleted by an Application",
+            Guard::OperatorNamespace => "the operator's own namespace is never deleted by an Application",
+            Guard::SelfApplication => "an Application never deletes itself",
+            Guard::DeleteFalse => "the object's sync options say Delete=false",
+            Guard::HelmKeep => "the object is annotated helm.sh/resource-policy: keep",
+        }
+    }
+
+    /// One line for a condition or an event about `obj`.
+    pub fn message(self, obj: &Value) -> String {
+        let key = object::ObjectKey::of(obj);
+        format!("guard {} held {key}: {}", self.name(), self.reason())
+    }
+}
+
+/// Who is removing: the Application and the operator it runs in.
+#[derive(Clone, Copy, Debug)]
+pub struct Protection<'a> {
+    /// The operator's namespace (`capstan run --namespace`).
+    pub operator_namespace: &'a str,
+    /// The Application's namespace.
+    pub app_namespace: &'a str,
+    /// The Application's name.
+    pub app_name: &'a str,
+}
+
+impl Protection<'_> {
+    /// Whether `obj` is this very Application.
+    pub fn is_self(&self, obj: &Value) -> bool {
+        let (group, _) = object::group_version(obj);
+        group == CAPSTAN_GROUP
+            && object::kind(obj) == "Application"
+            && object::namespace(obj) == self.app_namespace
+            && object::name(obj) == self.app_name
+    }
+}
+
+/// The guard that holds `obj` back from `removal`, if any (see the module doc).
+pub fn guard(p: &Protection<'_>, obj: &Value, removal: Removal) -> Option<Guard> {
+    let (group, _) = object::group_version(obj);
+    let kind = object::kind(obj);
+    if group == "apiextensions.k8s.io" && kind == "CustomResourceDefinition" {
+        return crd_guard(obj, removal);
+    }
+    if group.is_empty() && kind == "Namespace" && object::name(obj) == p.operator_namespace {
+        return Some(Guard::OperatorNamespace);
+    }
+    if p.is_self(obj) {
+        return Some(Guard::SelfApplication);
+    }
+    if removal == Removal::Cascade {
+        return cascade_opt_out(obj);
+    }
+    None
+}
+
+fn crd_guard(obj: &Value, removal: Removal) -> Option<Guard> {
+    let name = object::name(obj);
+    let spec_group = obj.pointer("/spec/group").and_then(Value::as_str).unwrap_or_default();
+    if spec_group == CAPSTAN_GROUP || name.ends_with(".capstan.dev") {
+        return Some(Guard::CapstanCrd);
+    }
+    match removal {
+        Removal::Prune(PruneOption::Confirm) => None,
+        _ => Some(Guard::Crd),
+    }
+}
+
+/// `Delete=false` (Argo CD's sync option) and Helm's `keep` resource policy.
+fn cascade_opt_out(obj: &Value) -> Option<Guard> {
+    let options = object::sync_options(obj);
+    if object::option(&options, "Delete").is_some_and(|v| v.trim().eq_ignore_ascii_case("false")) {
+        return Some(Guard::DeleteFalse);
+    }
+    let keep = object::annotation(obj, HELM_RESOURCE_POLICY)
+        .is_some_and(|v| v.split(',').any(|p| p.trim().eq_ignore_ascii_case("keep")));
+    keep.then_some(Guard::HelmKeep)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{json, Value};
+
+    use super::*;
+
+    const P: Protection<'static> = Protection {
+        operator_namespace: "capstan-system",
+        app_namespace: "capstan-system",
+        app_name: "capstan-system",
+    };
+
+    fn crd(name: &str, group: &str) -> Value {
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+               "metadata": {"name": name}, "spec": {"group": group}})
+    }
+
+    fn cm(annotations: Value) -> Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "c", "namespace": "shop", "annotations": annotations}})
+    }
+
+    const PRUNE: Removal = Removal::Prune(PruneOption::Enabled);
+    const CONFIRMED: Removal = Removal::Prune(PruneOption::Confirm);
+
+    #[test]
+    fn crds_are_never_cascaded_and_pruned_only_with_confirm() {
+        let widgets = crd("widgets.example.com", "example.com");
+        assert_eq!(guard(&P, &widgets, Removal::Cascade), Some(Guard::Crd));
+        assert_eq!(guard(&P, &widgets, PRUNE), Some(Guard::Crd));
+        assert_eq!(guard(&P, &widgets, CONFIRMED), None);
+    }
+
+    #[test]
+    fn capstan_crds_are_never_deleted() {
+        let apps = crd("applications.capstan.dev", "capstan.dev");
+        for removal in [Removal::Cascade, PRUNE, CONFIRMED] {
+            assert_eq!(guard(&P, &apps, removal), Some(Guard::CapstanCrd));
+        }
+    }
+
+    #[test]
+    fn the_operator_namespace_is_never_deleted() {
+        let ns = |n: &str| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}});
+        for removal in [Removal::Cascade, PRUNE, CONFIRMED] {
+            assert_eq!(guard(&P, &ns("capstan-system"), removal), Some(Guard::OperatorNamespace));
+            assert_eq!(guard(&P, &ns("shop"), removal), None);
+        }
+    }
+
+    #[test]
+    fn an_application_never_removes_itself() {
+        let app = |ns: &str, name: &str| {
+            json!({"apiVersion": "capstan.dev/v1alpha1", "kind": "Application",
+                   "metadata": {"name": name, "namespace": ns}})
+        };
+        assert_eq!(guard(&P, &app("capstan-system", "capstan-system"), PRUNE), Some(Guard::SelfApplication));
+        assert_eq!(
+            guard(&P, &app("capstan-system", "capstan-system"), Removal::Cascade),
+            Some(Guard::SelfApplication)
+        );
+        assert_eq!(guard(&P, &app("capstan-system", "shop"), Removal::Cascade), None);
+        assert_eq!(guard(&P, &app("shop", "capstan-system"), PRUNE), None);
+    }
+
+    #[test]
+    fn cascade_honours_delete_false_and_helm_keep() {
+        let delete_false = cm(json!({"argocd.argoproj.io/sync-options": "Prune=true,Delete=false"}));
+        assert_eq!(guard(&P, &delete_false, Removal::Cascade), Some(Guard::DeleteFalse));
+        assert_eq!(guard(&P, &delete_false, PRUNE), None, "Delete=false is about cascade deletion only");
+        let keep = cm(json!({"helm.sh/resource-policy": "keep"}));
+        assert_eq!(guard(&P, &keep, Removal::Cascade), Some(Guard::HelmKeep));
+        assert_eq!(guard(&P, &cm(json!({})), Removal::Cascade), None);
+    }
+
+    #[test]
+    fn the_message_names_the_guard_and_the_object() {
+        let m = Guard::CapstanCrd.message(&crd("applications.capstan.dev", "capstan.dev"));
+        assert!(m.starts_with("guard CapstanCRD held "), "{m}");
+        assert!(m.contains("applications.capstan.dev"), "{m}");
+    }
+}
