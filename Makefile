@@ -20,9 +20,10 @@ else
 	CAPSTAN_E2E_ETCD=1 $(CARGO) test -p capstan-e2e --no-fail-fast --test 'conformance_*'
 endif
 
-crds: ## regenerate crds/ (and the Helm chart's copy) from the Rust types
+crds: ## regenerate crds/ (and the copies in the Helm chart and config/crd) from the Rust types
 	$(CARGO) run -q -p capstan -- crd --out-dir crds
 	$(CARGO) run -q -p capstan -- crd --out-dir charts/capstan/crds
+	$(CARGO) run -q -p capstan -- crd --out-dir config/crd
 
 lint: ## formatting and clippy, warnings are errors
 	$(CARGO) fmt --all -- --check

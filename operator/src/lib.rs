@@ -2,6 +2,7 @@
 
 pub mod api;
 pub mod appset;
+pub mod bootstrap;
 pub mod cluster;
 pub mod controllers;
 pub mod crdgen;

@@ -13,6 +13,8 @@ use capstan::telemetry::LogFormat;
 use capstan::{http, metrics::Metrics, webhook};
 use clap::{Parser, Subcommand};
 
+mod bootstrap_cli;
+
 /// Capstan: a Kubernetes GitOps operator that delivers what Git declares.
 #[derive(Debug, Parser)]
 #[command(name = "capstan", version)]
@@ -31,6 +33,8 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         out_dir: Option<PathBuf>,
     },
+    /// Install Capstan and hand its installation to itself from Git (GitOps of GitOps).
+    Bootstrap(Box<bootstrap_cli::BootstrapArgs>),
     /// Print the version.
     Version,
 }
@@ -108,6 +112,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Crd { out_dir: None } => {
             print!("{}", capstan::crdgen::stream(&capstan::crds())?);
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Bootstrap(args) => {
+            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            runtime.block_on(bootstrap_cli::bootstrap(*args))
         }
         Command::Version => {
             println!("capstan {}", env!("CARGO_PKG_VERSION"));

@@ -1,4 +1,4 @@
-//! `crds/` and the Helm chart's `charts/capstan/crds/` must be exactly what `capstan crd --out-dir` (i.e. `make crds`)
+//! `crds/`, `config/crd/` and the Helm chart's `charts/capstan/crds/` must be exactly what `capstan crd --out-dir` (i.e. `make crds`)
 //! writes.
 
 use std::collections::BTreeMap;
@@ -43,6 +43,10 @@ fn crds_dir_is_up_to_date() {
         fresh,
         "charts/capstan/crds is stale: run `make crds`"
     );
+    let config_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../config/crd");
+    let mut kustomize_base = yaml_files(&config_dir);
+    kustomize_base.remove("kustomization.yaml");
+    assert_eq!(kustomize_base, fresh, "config/crd is stale: run `make crds`");
     let committed = yaml_files(&committed_dir);
     let missing: Vec<&String> = fresh.keys().filter(|name| !committed.contains_key(*name)).collect();
     let extra: Vec<&String> = committed.keys().filter(|name| !fresh.contains_key(*name)).collect();

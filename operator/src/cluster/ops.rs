@@ -30,6 +30,8 @@ pub struct ApplyOptions {
     /// `Validate=true` means: unknown or duplicate fields fail the write), `Some(false)` is `Ignore`
     /// (`Validate=false`), `None` leaves the server's default (`Warn`).
     pub validate: Option<bool>,
+    /// The field manager (`capstan` for the operator, `capstan-bootstrap` for the CLI).
+    pub field_manager: &'static str,
 }
 
 impl Default for ApplyOptions {
@@ -38,6 +40,7 @@ impl Default for ApplyOptions {
             dry_run: false,
             force: true,
             validate: None,
+            field_manager: FIELD_MANAGER,
         }
     }
 }
@@ -77,7 +80,7 @@ pub enum ReplaceOutcome {
 pub async fn apply(cluster: &ClusterHandle, obj: &Value, opts: &ApplyOptions) -> Result<Value, ClusterError> {
     let target = Target::of(cluster, obj).await?;
     let name = target.require_name(obj)?;
-    let mut params = PatchParams::apply(FIELD_MANAGER);
+    let mut params = PatchParams::apply(opts.field_manager);
     params.force = opts.force;
     params.dry_run = opts.dry_run;
     params = match opts.validate {

@@ -237,7 +237,7 @@ struct Observed {
 }
 
 /// Everything a network operation needs, borrowed by the callbacks.
-struct Session<'a> {
+pub(super) struct Session<'a> {
     url: &'a RepoUrl,
     creds: &'a Credentials,
     known_hosts: Vec<KnownHost>,
@@ -249,7 +249,7 @@ struct Session<'a> {
 }
 
 impl<'a> Session<'a> {
-    fn new(
+    pub(super) fn new(
         url: &'a RepoUrl,
         creds: &'a Credentials,
         config: &GitConfig,
@@ -285,7 +285,7 @@ impl<'a> Session<'a> {
     }
 
     /// Callbacks enforcing the deadline, size bound, credentials, host keys and certificates.
-    fn callbacks(&self) -> RemoteCallbacks<'_> {
+    pub(super) fn callbacks(&self) -> RemoteCallbacks<'_> {
         let mut cb = RemoteCallbacks::new();
         let mut tried = CredentialType::empty();
         cb.credentials(move |_url, user_from_url, allowed| self.credential(&mut tried, user_from_url, allowed));
@@ -382,7 +382,7 @@ impl<'a> Session<'a> {
     }
 
     /// Turns a libgit2 error into a categorized, sanitized error.
-    fn map_error(&self, e: &git2::Error) -> SourceError {
+    pub(super) fn map_error(&self, e: &git2::Error) -> SourceError {
         let msg = self.clean(e.message());
         let url = self.url;
         let obs = &self.observed;

@@ -16,6 +16,7 @@ pub mod http;
 pub mod known_hosts;
 pub mod url;
 pub mod verify;
+pub mod write;
 
 #[cfg(test)]
 mod tests;

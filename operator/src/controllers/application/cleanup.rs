@@ -26,7 +26,7 @@ use crate::controllers::status::{now, write_status};
 use crate::controllers::{Context, Error, ErrorKind, KubeStep};
 use crate::engine::plan::delete_hooks::Stage;
 use crate::engine::protect::Protection;
-use crate::text::short_sha;
+use crate::text::{short_sha, truncate};
 
 /// The cleanup of `app` (see the module doc).
 pub async fn cleanup(app: &Application, ctx: &Context, state: &Arc<State>) -> Result<Action, Error> {
@@ -135,7 +135,10 @@ impl Cleanup<'_> {
             app_namespace: &ns,
             app_name: &name,
         };
-        for note in deletion::deletable(&who, &view.own).1 {
+        let held = deletion::deletable(&who, &view.own).1;
+        if !held.is_empty() {
+            // One event for all: the recorder folds repeats of a reason into one series.
+            let note = truncate(&held.join("; "), status::MAX_STATUS_MESSAGE);
             self.ctx
                 .publish_event(&event_ref(self.app), EventType::Warning, "DeletionGuarded", "Delete", &note)
                 .await;

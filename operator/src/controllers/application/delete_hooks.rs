@@ -102,6 +102,7 @@ pub async fn advance(
                 dry_run: false,
                 force: true,
                 validate: Some(true),
+                ..ApplyOptions::default()
             };
             let mut created = Vec::new();
             for hook in create {

@@ -125,6 +125,7 @@ pub async fn apply(
                 dry_run: a.dry_run,
                 force: force_conflicts,
                 validate: Some(a.validate),
+                ..ApplyOptions::default()
             };
             ops::apply(cluster, &obj, &opts)
                 .await
