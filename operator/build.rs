@@ -12,7 +12,11 @@ fn collect(root: &Path, dir: &Path, out: &mut Vec<(String, PathBuf)>) {
     let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
     paths.sort();
     for path in paths {
-        let rel = path.strip_prefix(root).expect("below the root").to_string_lossy().replace('\\', "/");
+        let rel = path
+            .strip_prefix(root)
+            .expect("below the root")
+            .to_string_lossy()
+            .replace('\\', "/");
         if path.is_dir() {
             if rel != "config/samples" {
                 collect(root, &path, out);
@@ -30,7 +34,9 @@ fn main() {
         println!("cargo:rerun-if-changed={}", root.join(dir).display());
         collect(&root, &root.join(dir), &mut files);
     }
-    let mut table = String::from("/// Installation manifests by path relative to the workspace root.\npub const FILES: &[(&str, &str)] = &[\n");
+    let mut table = String::from(
+        "/// Installation manifests by path relative to the workspace root.\npub const FILES: &[(&str, &str)] = &[\n",
+    );
     for (rel, path) in files {
         let abs = path.canonicalize().expect("an existing file");
         writeln!(table, "    ({rel:?}, include_str!({:?})),", abs.display().to_string()).expect("writes to a String");

@@ -47,7 +47,10 @@ fn write_tree(env: &AppEnv, with_protected: bool) {
     if with_protected {
         objects.push(crd("example.com", "widgets", "Widget"));
         objects.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}}));
-        objects.push(configmap("delete-false", json!({"capstan.dev/sync-options": "Delete=false"})));
+        objects.push(configmap(
+            "delete-false",
+            json!({"capstan.dev/sync-options": "Delete=false"}),
+        ));
         objects.push(configmap("helm-keep", json!({"helm.sh/resource-policy": "keep"})));
         let mut me = self_app(env, false);
         me["spec"]["destination"] = json!({"server": IN_CLUSTER, "namespace": env.ns});
@@ -80,8 +83,17 @@ async fn prune_never_removes_crds_the_operator_namespace_or_the_application_itse
                 && condition(a, "ProtectedResourceWarning").is_some()
         })
         .await;
-    let message = text(condition(&app, "ProtectedResourceWarning").expect("condition"), "/message").to_owned();
-    for guard in ["CustomResourceDefinition", "CapstanCRD", "OperatorNamespace", "SelfApplication"] {
+    let message = text(
+        condition(&app, "ProtectedResourceWarning").expect("condition"),
+        "/message",
+    )
+    .to_owned();
+    for guard in [
+        "CustomResourceDefinition",
+        "CapstanCRD",
+        "OperatorNamespace",
+        "SelfApplication",
+    ] {
         assert!(message.contains(&format!("guard {guard} held")), "{guard} in {message}");
     }
     let client = env.client().await;
@@ -90,12 +102,18 @@ async fn prune_never_removes_crds_the_operator_namespace_or_the_application_itse
         ("CustomResourceDefinition", "applications.capstan.dev"),
         ("Namespace", OPERATOR_NAMESPACE),
     ] {
-        assert!(get_object(&client, "", kind, name).await.is_some(), "{kind} {name} was pruned");
+        assert!(
+            get_object(&client, "", kind, name).await.is_some(),
+            "{kind} {name} was pruned"
+        );
     }
     let held = sync_result_entry(&app, "CustomResourceDefinition", "widgets.example.com").expect("a result row");
     assert_eq!(text(held, "/status"), "PruneSkipped");
     // Deleted objects that no guard holds still go: the guards are not "never prune".
-    assert!(env.get("ConfigMap", "delete-false").await.is_none(), "Delete=false is about cascade only");
+    assert!(
+        env.get("ConfigMap", "delete-false").await.is_none(),
+        "Delete=false is about cascade only"
+    );
 }
 
 /// Deleting a self-listing Application with a cascade finalizer deletes only what no guard holds.
@@ -111,17 +129,25 @@ async fn cascade_deletion_leaves_guarded_objects_and_says_so() {
     env.cluster
         .kubectl_ok(&["delete", "capp", "self", "-n", &env.ns, "--wait=false"])
         .await;
-    env.eventually("the Application and the unguarded ConfigMap are gone", APP_TIMEOUT, || {
-        let (client, ns) = (client.clone(), env.ns.clone());
-        async move {
-            let app = get_object(&client, &ns, "Application", "self").await;
-            let plain = get_object(&client, &ns, "ConfigMap", "plain").await;
-            match (app, plain) {
-                (None, None) => Ok(()),
-                (a, p) => Err(format!("application present: {}, plain present: {}", a.is_some(), p.is_some())),
+    env.eventually(
+        "the Application and the unguarded ConfigMap are gone",
+        APP_TIMEOUT,
+        || {
+            let (client, ns) = (client.clone(), env.ns.clone());
+            async move {
+                let app = get_object(&client, &ns, "Application", "self").await;
+                let plain = get_object(&client, &ns, "ConfigMap", "plain").await;
+                match (app, plain) {
+                    (None, None) => Ok(()),
+                    (a, p) => Err(format!(
+                        "application present: {}, plain present: {}",
+                        a.is_some(),
+                        p.is_some()
+                    )),
+                }
             }
-        }
-    })
+        },
+    )
     .await;
     for (ns, kind, name) in [
         ("", "CustomResourceDefinition", "widgets.example.com"),
@@ -130,7 +156,10 @@ async fn cascade_deletion_leaves_guarded_objects_and_says_so() {
         (env.ns.as_str(), "ConfigMap", "delete-false"),
         (env.ns.as_str(), "ConfigMap", "helm-keep"),
     ] {
-        assert!(get_object(&client, ns, kind, name).await.is_some(), "{kind} {name} was deleted");
+        assert!(
+            get_object(&client, ns, kind, name).await.is_some(),
+            "{kind} {name} was deleted"
+        );
     }
     let events = events_about(&client, &env.ns, "Application", "self").await;
     let guarded: Vec<&str> = events
@@ -138,7 +167,16 @@ async fn cascade_deletion_leaves_guarded_objects_and_says_so() {
         .filter(|(_, reason, _)| reason == "DeletionGuarded")
         .map(|(_, _, message)| message.as_str())
         .collect();
-    for guard in ["CustomResourceDefinition", "CapstanCRD", "OperatorNamespace", "DeleteFalse", "HelmResourcePolicyKeep"] {
-        assert!(guarded.iter().any(|m| m.contains(&format!("guard {guard} held"))), "{guard} in {guarded:?}");
+    for guard in [
+        "CustomResourceDefinition",
+        "CapstanCRD",
+        "OperatorNamespace",
+        "DeleteFalse",
+        "HelmResourcePolicyKeep",
+    ] {
+        assert!(
+            guarded.iter().any(|m| m.contains(&format!("guard {guard} held"))),
+            "{guard} in {guarded:?}"
+        );
     }
 }

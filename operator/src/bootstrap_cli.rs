@@ -102,7 +102,11 @@ fn credentials(a: &BootstrapArgs) -> anyhow::Result<Option<Credentials>> {
     let c = Credentials {
         username: a.username.clone(),
         password,
-        ssh_private_key: a.private_key_file.as_ref().map(|f| read(f, "--private-key-file")).transpose()?,
+        ssh_private_key: a
+            .private_key_file
+            .as_ref()
+            .map(|f| read(f, "--private-key-file"))
+            .transpose()?,
         known_hosts: a.known_hosts.as_ref().map(|f| read(f, "--known-hosts")).transpose()?,
         ca_cert: a.ca_file.as_ref().map(|f| read(f, "--ca-file")).transpose()?,
         ..Credentials::default()
@@ -121,7 +125,9 @@ async fn connect(kubeconfig: Option<&PathBuf>, context: Option<&String>) -> anyh
             let kc = kube::config::Kubeconfig::read_from(f).with_context(|| format!("--kubeconfig {}", f.display()))?;
             kube::Config::from_custom_kubeconfig(kc, &options).await?
         }
-        None => kube::Config::from_kubeconfig(&options).await.context("no kubeconfig (KUBECONFIG or ~/.kube/config)")?,
+        None => kube::Config::from_kubeconfig(&options)
+            .await
+            .context("no kubeconfig (KUBECONFIG or ~/.kube/config)")?,
     };
     let server = config.cluster_url.to_string();
     ClusterHandle::from_config("bootstrap", &server, config, ClusterTimeouts::default(), None)
@@ -130,10 +136,18 @@ async fn connect(kubeconfig: Option<&PathBuf>, context: Option<&String>) -> anyh
 
 /// `capstan bootstrap`.
 pub async fn bootstrap(a: BootstrapArgs) -> anyhow::Result<ExitCode> {
-    let values_text = a.values.as_ref().map(|f| read(f, "--values")).transpose()?.unwrap_or_default();
+    let values_text = a
+        .values
+        .as_ref()
+        .map(|f| read(f, "--values"))
+        .transpose()?
+        .unwrap_or_default();
     let values = Values::parse(&values_text)?;
     if a.export {
-        print!("{}", components::to_yaml(&components::render(a.image.as_deref(), &values)?)?);
+        print!(
+            "{}",
+            components::to_yaml(&components::render(a.image.as_deref(), &values)?)?
+        );
         return Ok(ExitCode::SUCCESS);
     }
     let url = a.url.clone().context("--url is required")?;

@@ -38,7 +38,8 @@ pub async fn get(
     name: &str,
 ) -> Result<Option<Value>, ClusterError> {
     match ops::get(cluster, &gvk(api_version, kind), namespace, name).await {
-        Err(ClusterError::NotFound(_)) => Ok(None),
+        // A kind the cluster does not serve yet (before its CRD is applied): no such object.
+        Err(ClusterError::NotFound(_) | ClusterError::UnknownKind(_)) => Ok(None),
         other => other,
     }
 }
@@ -57,7 +58,13 @@ pub async fn apply_one(cluster: &ClusterHandle, obj: &Value, dry_run: bool) -> R
 fn content(obj: &Value) -> Value {
     let mut o = obj.clone();
     if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
-        for f in ["managedFields", "resourceVersion", "generation", "creationTimestamp", "uid"] {
+        for f in [
+            "managedFields",
+            "resourceVersion",
+            "generation",
+            "creationTimestamp",
+            "uid",
+        ] {
             m.remove(f);
         }
     }
@@ -70,15 +77,25 @@ fn content(obj: &Value) -> Value {
 /// What applying `obj` would do, from a server-side dry run against the live object.
 pub async fn plan_one(cluster: &ClusterHandle, obj: &Value) -> Result<Change, ClusterError> {
     let api_version = obj.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
-    let live = get(cluster, (api_version, object::kind(obj)), object::namespace(obj), object::name(obj)).await?;
+    let live = get(
+        cluster,
+        (api_version, object::kind(obj)),
+        object::namespace(obj),
+        object::name(obj),
+    )
+    .await?;
     let Some(live) = live else { return Ok(Change::Create) };
     let after = match apply_one(cluster, obj, true).await {
         Ok(after) => after,
         // The kind is not served yet (its CRD is part of this very plan): it would be created.
-        Err(ClusterError::NotFound(_)) => return Ok(Change::Create),
+        Err(ClusterError::NotFound(_) | ClusterError::UnknownKind(_)) => return Ok(Change::Create),
         Err(e) => return Err(e),
     };
-    Ok(if content(&after) == content(&live) { Change::Unchanged } else { Change::Update })
+    Ok(if content(&after) == content(&live) {
+        Change::Unchanged
+    } else {
+        Change::Update
+    })
 }
 
 /// Whether `obj` is a CRD or a Namespace: applied first, waited for.
@@ -100,11 +117,21 @@ pub async fn apply_changed(cluster: &ClusterHandle, objects: &[Value]) -> Result
 }
 
 /// Waits until every CRD among `objects` is Established.
-pub async fn wait_established(cluster: &ClusterHandle, objects: &[Value], deadline: Instant) -> Result<(), BootstrapError> {
+pub async fn wait_established(
+    cluster: &ClusterHandle,
+    objects: &[Value],
+    deadline: Instant,
+) -> Result<(), BootstrapError> {
     for crd in objects.iter().filter(|o| object::kind(o) == "CustomResourceDefinition") {
         let name = object::name(crd);
         loop {
-            let live = get(cluster, ("apiextensions.k8s.io/v1", "CustomResourceDefinition"), "", name).await?;
+            let live = get(
+                cluster,
+                ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
+                "",
+                name,
+            )
+            .await?;
             let established = live.as_ref().is_some_and(|l| {
                 l.pointer("/status/conditions")
                     .and_then(Value::as_array)
@@ -119,6 +146,8 @@ pub async fn wait_established(cluster: &ClusterHandle, objects: &[Value], deadli
             tokio::time::sleep(std::time::Duration::from_millis(250)).await;
         }
     }
+    // The kinds just established were remembered as unknown: ask the server again.
+    cluster.discovery().invalidate().await;
     Ok(())
 }
 
@@ -136,24 +165,38 @@ pub struct SelfState {
 impl SelfState {
     /// Whether the self Application is Synced and Healthy at `sha` and the Repository has it.
     pub fn done_at(&self, sha: &str) -> bool {
-        self.fetched.as_deref() == Some(sha) && self.sync.0 == "Synced" && self.sync.1 == sha && self.health == "Healthy"
+        self.fetched.as_deref() == Some(sha)
+            && self.sync.0 == "Synced"
+            && self.sync.1 == sha
+            && self.health == "Healthy"
     }
 
     /// What is still missing for [`SelfState::done_at`], for progress lines and timeouts.
     pub fn waiting_for(&self, sha: &str) -> String {
         let short = &sha[..sha.len().min(7)];
         if self.fetched.as_deref() != Some(sha) {
-            return format!("the Repository to fetch {short} (has {})", self.fetched.as_deref().unwrap_or("nothing"));
+            return format!(
+                "the Repository to fetch {short} (has {})",
+                self.fetched.as_deref().unwrap_or("nothing")
+            );
         }
         if self.sync.1 != sha || self.sync.0 != "Synced" {
-            return format!("the self Application to be Synced at {short} (is {} at {})", self.sync.0, self.sync.1);
+            return format!(
+                "the self Application to be Synced at {short} (is {} at {})",
+                self.sync.0, self.sync.1
+            );
         }
         format!("the self Application to be Healthy (is {})", self.health)
     }
 }
 
 /// Reads the Repository and the self Application `namespace/name` tracking `branch`.
-pub async fn self_state(cluster: &Arc<ClusterHandle>, namespace: &str, name: &str, branch: &str) -> Result<SelfState, ClusterError> {
+pub async fn self_state(
+    cluster: &Arc<ClusterHandle>,
+    namespace: &str,
+    name: &str,
+    branch: &str,
+) -> Result<SelfState, ClusterError> {
     let repo = get(cluster, ("capstan.dev/v1alpha1", "Repository"), namespace, name).await?;
     let fetched = repo.as_ref().and_then(|r| {
         r.pointer("/status/lastFetchedRevision")
@@ -164,7 +207,13 @@ pub async fn self_state(cluster: &Arc<ClusterHandle>, namespace: &str, name: &st
             .map(str::to_string)
     });
     let app = get(cluster, ("capstan.dev/v1alpha1", "Application"), namespace, name).await?;
-    let text = |p: &str| app.as_ref().and_then(|a| a.pointer(p)).and_then(Value::as_str).unwrap_or_default().to_string();
+    let text = |p: &str| {
+        app.as_ref()
+            .and_then(|a| a.pointer(p))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
     Ok(SelfState {
         fetched,
         sync: (text("/status/sync/status"), text("/status/sync/revision")),

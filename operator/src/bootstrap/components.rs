@@ -95,9 +95,16 @@ fn build(dir: &str, depth: usize) -> Result<Vec<Value>, BootstrapError> {
     }
     let text = kustomization(dir).ok_or_else(|| invalid(format!("{dir} has no kustomization")))?;
     let k = parse_one(text, &LIMITS).map_err(|e| invalid(format!("{dir}: {e}")))?;
-    let Some(fields) = k.as_object() else { return Ok(Vec::new()) };
-    if let Some(other) = fields.keys().find(|f| !["resources", "apiVersion", "kind"].contains(&f.as_str())) {
-        return Err(invalid(format!("{dir}: kustomization field {other} is not supported by the embedded renderer")));
+    let Some(fields) = k.as_object() else {
+        return Ok(Vec::new());
+    };
+    if let Some(other) = fields
+        .keys()
+        .find(|f| !["resources", "apiVersion", "kind"].contains(&f.as_str()))
+    {
+        return Err(invalid(format!(
+            "{dir}: kustomization field {other} is not supported by the embedded renderer"
+        )));
     }
     let mut out = Vec::new();
     for res in fields.get("resources").and_then(Value::as_array).into_iter().flatten() {
@@ -130,7 +137,12 @@ fn kind_rank(kind: &str) -> usize {
         "ConfigMap",
         "Secret",
     ];
-    const LAST: [&str; 4] = ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "APIService", ""];
+    const LAST: [&str; 4] = [
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+        "APIService",
+        "",
+    ];
     if let Some(i) = ORDER.iter().position(|k| *k == kind) {
         return i;
     }
@@ -162,10 +174,15 @@ fn override_deployment(obj: &mut Value, image: Option<&str>, values: &Values) {
     if let Some(n) = values.replica_count {
         obj["spec"]["replicas"] = json!(n);
     }
-    let Some(containers) = obj.pointer_mut("/spec/template/spec/containers").and_then(Value::as_array_mut) else {
+    let Some(containers) = obj
+        .pointer_mut("/spec/template/spec/containers")
+        .and_then(Value::as_array_mut)
+    else {
         return;
     };
-    let Some(c) = containers.iter_mut().find(|c| c["name"] == DEPLOYMENT) else { return };
+    let Some(c) = containers.iter_mut().find(|c| c["name"] == DEPLOYMENT) else {
+        return;
+    };
     let current = c["image"].as_str().unwrap_or_default().to_string();
     let (repo, tag) = split_image(&current);
     let repo = values.image.repository.clone().unwrap_or(repo);
@@ -219,7 +236,10 @@ mod tests {
     #[test]
     fn components_equal_kubectl_kustomize_config_default() {
         let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../config/default");
-        let out = Command::new("kubectl").args(["kustomize", root]).output().expect("kubectl runs");
+        let out = Command::new("kubectl")
+            .args(["kustomize", root])
+            .output()
+            .expect("kubectl runs");
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let text = String::from_utf8(out.stdout).expect("utf-8");
         let mut expected = parse_stream(&text, &LIMITS).expect("kustomize output parses");
@@ -228,7 +248,10 @@ mod tests {
             obj["spec"]["template"]["spec"]["containers"][0]["image"] = json!(image);
         }
         let ours = render(Some(image), &Values::default()).expect("renders");
-        assert_eq!(ours.iter().map(key).collect::<Vec<_>>(), expected.iter().map(key).collect::<Vec<_>>());
+        assert_eq!(
+            ours.iter().map(key).collect::<Vec<_>>(),
+            expected.iter().map(key).collect::<Vec<_>>()
+        );
         for (a, b) in ours.iter().zip(&expected) {
             assert!(same(a, b), "{} differs from kustomize's", key(a));
         }
@@ -253,11 +276,17 @@ mod tests {
         )
         .expect("parses");
         let objects = render(None, &values).expect("renders");
-        let d = objects.iter().find(|o| object::kind(o) == "Deployment").expect("a Deployment");
+        let d = objects
+            .iter()
+            .find(|o| object::kind(o) == "Deployment")
+            .expect("a Deployment");
         let c = &d["spec"]["template"]["spec"]["containers"][0];
         assert_eq!(c["image"], "example.org/capstan:2.0");
         assert_eq!(d["spec"]["replicas"], 2);
-        assert_eq!(c["args"].as_array().and_then(|a| a.last()), Some(&json!("--reconcile-interval=30s")));
+        assert_eq!(
+            c["args"].as_array().and_then(|a| a.last()),
+            Some(&json!("--reconcile-interval=30s"))
+        );
         assert_eq!(c["resources"]["limits"]["memory"], "1Gi");
         assert!(Values::parse("imagee: {}\n").is_err(), "unknown keys are refused");
     }

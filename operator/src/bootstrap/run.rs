@@ -63,7 +63,11 @@ pub enum Outcome {
 }
 
 /// Runs bootstrap against `cluster`, printing progress with `say`.
-pub async fn run(cluster: &Arc<ClusterHandle>, opts: &Options, say: &mut dyn FnMut(&str)) -> Result<Outcome, BootstrapError> {
+pub async fn run(
+    cluster: &Arc<ClusterHandle>,
+    opts: &Options,
+    say: &mut dyn FnMut(&str),
+) -> Result<Outcome, BootstrapError> {
     let deadline = Instant::now() + opts.timeout;
     let components = components::render(opts.image.as_deref(), &opts.values.0)?;
     refuse_foreign(cluster, opts).await?;
@@ -96,13 +100,21 @@ pub async fn run(cluster: &Arc<ClusterHandle>, opts: &Options, say: &mut dyn FnM
 
 /// G6 and G7: another self Application's source, or an installation bootstrap did not make.
 async fn refuse_foreign(cluster: &ClusterHandle, opts: &Options) -> Result<(), BootstrapError> {
-    let app = cluster::get(cluster, ("capstan.dev/v1alpha1", "Application"), &opts.namespace, SELF_APP).await;
-    // Without the CRDs there is no self Application yet.
-    let app = app.unwrap_or(None);
+    let app = cluster::get(
+        cluster,
+        ("capstan.dev/v1alpha1", "Application"),
+        &opts.namespace,
+        SELF_APP,
+    )
+    .await?;
     if let Some(app) = app.filter(|_| !opts.force) {
         let src = |p: &str| app.pointer(p).and_then(Value::as_str).unwrap_or_default().to_string();
         let want = tree::under(&opts.path, SYSTEM_DIR);
-        let live = (src("/spec/source/repoURL"), src("/spec/source/targetRevision"), src("/spec/source/path"));
+        let live = (
+            src("/spec/source/repoURL"),
+            src("/spec/source/targetRevision"),
+            src("/spec/source/path"),
+        );
         if live != (opts.url.clone(), opts.branch.clone(), want.clone()) {
             return Err(BootstrapError::Refused(format!(
                 "the live self Application syncs {} at {} path {}, not {} at {} path {}; rerun with --force to move it",
@@ -110,13 +122,22 @@ async fn refuse_foreign(cluster: &ClusterHandle, opts: &Options) -> Result<(), B
             )));
         }
     }
-    let deploy = cluster::get(cluster, ("apps/v1", "Deployment"), &opts.namespace, components::DEPLOYMENT).await?;
+    let deploy = cluster::get(
+        cluster,
+        ("apps/v1", "Deployment"),
+        &opts.namespace,
+        components::DEPLOYMENT,
+    )
+    .await?;
     if let Some(d) = deploy.filter(|_| !opts.adopt) {
         let helm = object::annotation(&d, "meta.helm.sh/release-name");
         let ours = d
             .pointer("/metadata/managedFields")
             .and_then(Value::as_array)
-            .is_some_and(|m| m.iter().any(|f| matches!(f["manager"].as_str(), Some("capstan-bootstrap" | "capstan"))));
+            .is_some_and(|m| {
+                m.iter()
+                    .any(|f| matches!(f["manager"].as_str(), Some("capstan-bootstrap" | "capstan")))
+            });
         if helm.is_some() || !ours {
             let by = helm.map_or("another tool".to_string(), |r| format!("the Helm release {r}"));
             return Err(BootstrapError::Refused(format!(
@@ -153,7 +174,11 @@ fn tree_input<'a>(opts: &'a Options, components: &'a [Value]) -> TreeInput<'a> {
     }
 }
 
-fn tree_files(writer: &Writer, opts: &Options, components: &[Value]) -> Result<BTreeMap<String, String>, BootstrapError> {
+fn tree_files(
+    writer: &Writer,
+    opts: &Options,
+    components: &[Value],
+) -> Result<BTreeMap<String, String>, BootstrapError> {
     let kustomization = writer.read(&tree::under(&opts.path, &format!("{SYSTEM_DIR}/kustomization.yaml")));
     tree::files(&tree_input(opts, components), kustomization.as_deref())
 }
@@ -187,7 +212,11 @@ async fn commit_and_push(
     say: &mut dyn FnMut(&str),
 ) -> Result<(String, bool), BootstrapError> {
     for attempt in 0..2 {
-        let files = if attempt == 0 { files.clone() } else { tree_files(writer, opts, components)? };
+        let files = if attempt == 0 {
+            files.clone()
+        } else {
+            tree_files(writer, opts, components)?
+        };
         let author = (opts.author.0.as_str(), opts.author.1.as_str());
         let message = format!("capstan bootstrap: {} {}", env!("CARGO_PKG_VERSION"), opts.path);
         let Some(commit) = writer.commit(&files, &message, author)? else {
@@ -206,7 +235,10 @@ async fn commit_and_push(
             Pushed::NotFastForward => {}
         }
     }
-    Err(BootstrapError::Refused(format!("{} moved twice while pushing; run again", opts.branch)))
+    Err(BootstrapError::Refused(format!(
+        "{} moved twice while pushing; run again",
+        opts.branch
+    )))
 }
 
 /// CRDs and the Namespace, wait Established; then the rest of the components; then the sync objects.
@@ -240,7 +272,10 @@ async fn wait_synced(
     loop {
         let state = cluster::self_state(cluster, &opts.namespace, SELF_APP, &opts.branch).await?;
         if state.done_at(sha) {
-            say(&format!("synced: {SELF_APP} is Synced and Healthy at {}", &sha[..sha.len().min(7)]));
+            say(&format!(
+                "synced: {SELF_APP} is Synced and Healthy at {}",
+                &sha[..sha.len().min(7)]
+            ));
             return Ok(());
         }
         let waiting = state.waiting_for(sha);
@@ -265,8 +300,16 @@ fn print_git_plan(writer: &Writer, files: &BTreeMap<String, String>, say: &mut d
         }
         any = true;
         let diff = similar::TextDiff::from_lines(&old, new);
-        say(&format!("git: {} {path}", if old.is_empty() { "add" } else { "change" }));
-        say(diff.unified_diff().context_radius(2).header(&format!("a/{path}"), &format!("b/{path}")).to_string().trim_end());
+        say(&format!(
+            "git: {} {path}",
+            if old.is_empty() { "add" } else { "change" }
+        ));
+        say(diff
+            .unified_diff()
+            .context_radius(2)
+            .header(&format!("a/{path}"), &format!("b/{path}"))
+            .to_string()
+            .trim_end());
     }
     if !any {
         say("git: no change");
@@ -289,7 +332,11 @@ async fn print_cluster_plan(
             Change::Update => "update",
             Change::Unchanged => "unchanged",
         };
-        let redacted = if object::kind(obj) == "Secret" { " (data <redacted>)" } else { "" };
+        let redacted = if object::kind(obj) == "Secret" {
+            " (data <redacted>)"
+        } else {
+            ""
+        };
         say(&format!("cluster: {word} {}{redacted}", ObjectKey::of(obj)));
     }
     Ok(())

@@ -65,7 +65,9 @@ impl Guard {
     /// Why the guard holds, for a human.
     pub fn reason(self) -> &'static str {
         match self {
-            Guard::Crd => "a CustomResourceDefinition is never deleted with its Application and pruned only with Prune=confirm",
+            Guard::Crd => {
+                "a CustomResourceDefinition is never deleted with its Application and pruned only with Prune=confirm"
+            }
             Guard::CapstanCrd => "a capstan.dev CustomResourceDefinition is never deleted by an Application",
             Guard::OperatorNamespace => "the operator's own namespace is never deleted by an Application",
             Guard::SelfApplication => "an Application never deletes itself",
@@ -190,7 +192,10 @@ mod tests {
     fn the_operator_namespace_is_never_deleted() {
         let ns = |n: &str| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}});
         for removal in [Removal::Cascade, PRUNE, CONFIRMED] {
-            assert_eq!(guard(&P, &ns("capstan-system"), removal), Some(Guard::OperatorNamespace));
+            assert_eq!(
+                guard(&P, &ns("capstan-system"), removal),
+                Some(Guard::OperatorNamespace)
+            );
             assert_eq!(guard(&P, &ns("shop"), removal), None);
         }
     }
@@ -201,7 +206,10 @@ mod tests {
             json!({"apiVersion": "capstan.dev/v1alpha1", "kind": "Application",
                    "metadata": {"name": name, "namespace": ns}})
         };
-        assert_eq!(guard(&P, &app("capstan-system", "capstan-system"), PRUNE), Some(Guard::SelfApplication));
+        assert_eq!(
+            guard(&P, &app("capstan-system", "capstan-system"), PRUNE),
+            Some(Guard::SelfApplication)
+        );
         assert_eq!(
             guard(&P, &app("capstan-system", "capstan-system"), Removal::Cascade),
             Some(Guard::SelfApplication)
@@ -214,7 +222,11 @@ mod tests {
     fn cascade_honours_delete_false_and_helm_keep() {
         let delete_false = cm(json!({"argocd.argoproj.io/sync-options": "Prune=true,Delete=false"}));
         assert_eq!(guard(&P, &delete_false, Removal::Cascade), Some(Guard::DeleteFalse));
-        assert_eq!(guard(&P, &delete_false, PRUNE), None, "Delete=false is about cascade deletion only");
+        assert_eq!(
+            guard(&P, &delete_false, PRUNE),
+            None,
+            "Delete=false is about cascade deletion only"
+        );
         let keep = cm(json!({"helm.sh/resource-policy": "keep"}));
         assert_eq!(guard(&P, &keep, Removal::Cascade), Some(Guard::HelmKeep));
         assert_eq!(guard(&P, &cm(json!({})), Removal::Cascade), None);

@@ -43,14 +43,27 @@ fn internal(what: &str) -> impl Fn(git2::Error) -> SourceError + '_ {
 impl Writer {
     /// Fetches `branch` of `url` into a new repository in `dir` (an empty repository or a missing
     /// branch is fine: the first commit creates it).
-    pub fn open(dir: &Path, url: RepoUrl, creds: Credentials, config: GitConfig, branch: &str) -> Result<Writer, SourceError> {
+    pub fn open(
+        dir: &Path,
+        url: RepoUrl,
+        creds: Credentials,
+        config: GitConfig,
+        branch: &str,
+    ) -> Result<Writer, SourceError> {
         if matches!(url.transport(), Transport::Https | Transport::Http) {
             return Err(SourceError::InvalidInput(format!(
                 "{url}: pushing over HTTP(S) is not supported yet; use ssh://, git:// or a local path"
             )));
         }
         let repo = Repository::init_bare(dir).map_err(internal("creating the work repository"))?;
-        let mut writer = Writer { repo, url, creds, config, branch: branch.to_string(), tip: None };
+        let mut writer = Writer {
+            repo,
+            url,
+            creds,
+            config,
+            branch: branch.to_string(),
+            tip: None,
+        };
         writer.fetch()?;
         Ok(writer)
     }
@@ -70,7 +83,9 @@ impl Writer {
         let mut remote = self.repo.remote_anonymous(self.url.as_git_url()).map_err(wrap)?;
         let mut fo = git2::FetchOptions::new();
         fo.remote_callbacks(session.callbacks());
-        remote.connect_auth(git2::Direction::Fetch, Some(session.callbacks()), None).map_err(wrap)?;
+        remote
+            .connect_auth(git2::Direction::Fetch, Some(session.callbacks()), None)
+            .map_err(wrap)?;
         let wanted = format!("refs/heads/{}", self.branch);
         let exists = remote.list().map_err(wrap)?.iter().any(|h| h.name() == wanted);
         let _ = remote.disconnect();
@@ -80,7 +95,11 @@ impl Writer {
         }
         let spec = format!("+{wanted}:{}", self.local_ref());
         remote.fetch(&[spec.as_str()], Some(&mut fo), None).map_err(wrap)?;
-        self.tip = Some(self.repo.refname_to_id(&self.local_ref()).map_err(internal("reading the fetched branch"))?);
+        self.tip = Some(
+            self.repo
+                .refname_to_id(&self.local_ref())
+                .map_err(internal("reading the fetched branch"))?,
+        );
         Ok(())
     }
 
@@ -99,7 +118,12 @@ impl Writer {
 
     /// Commits `files` (path → content, other files untouched) on top of the tip; `None` when the
     /// tree would not change.
-    pub fn commit(&self, files: &BTreeMap<String, String>, message: &str, author: (&str, &str)) -> Result<Option<Oid>, SourceError> {
+    pub fn commit(
+        &self,
+        files: &BTreeMap<String, String>,
+        message: &str,
+        author: (&str, &str),
+    ) -> Result<Option<Oid>, SourceError> {
         let mut index = self.repo.index().map_err(internal("opening the index"))?;
         index.clear().map_err(internal("clearing the index"))?;
         let parent = match self.tip {
@@ -107,7 +131,9 @@ impl Writer {
             None => None,
         };
         if let Some(p) = &parent {
-            index.read_tree(&p.tree().map_err(internal("reading the tree"))?).map_err(internal("reading the tree"))?;
+            index
+                .read_tree(&p.tree().map_err(internal("reading the tree"))?)
+                .map_err(internal("reading the tree"))?;
         }
         for (path, content) in files {
             let entry = git2::IndexEntry {
@@ -124,14 +150,17 @@ impl Writer {
                 flags_extended: 0,
                 path: path.as_bytes().to_vec(),
             };
-            index.add_frombuffer(&entry, content.as_bytes()).map_err(internal("staging a file"))?;
+            index
+                .add_frombuffer(&entry, content.as_bytes())
+                .map_err(internal("staging a file"))?;
         }
         let tree_id = index.write_tree_to(&self.repo).map_err(internal("writing the tree"))?;
         if parent.as_ref().is_some_and(|p| p.tree_id() == tree_id) {
             return Ok(None);
         }
         let tree = self.repo.find_tree(tree_id).map_err(internal("reading the new tree"))?;
-        let sig = Signature::now(author.0, author.1).map_err(|e| SourceError::InvalidInput(format!("author: {}", e.message())))?;
+        let sig = Signature::now(author.0, author.1)
+            .map_err(|e| SourceError::InvalidInput(format!("author: {}", e.message())))?;
         let parents: Vec<&git2::Commit<'_>> = parent.iter().collect();
         let oid = self
             .repo
@@ -156,7 +185,9 @@ impl Writer {
         let mut po = PushOptions::new();
         po.remote_callbacks(callbacks);
         let refname = format!("refs/capstan/push/{}", self.branch);
-        self.repo.reference(&refname, commit, true, "push").map_err(internal("preparing the push"))?;
+        self.repo
+            .reference(&refname, commit, true, "push")
+            .map_err(internal("preparing the push"))?;
         let spec = format!("{refname}:refs/heads/{}", self.branch);
         let pushed = remote.push(&[spec.as_str()], Some(&mut po));
         drop(po);
@@ -186,26 +217,44 @@ mod tests {
     fn commits_only_on_change_pushes_and_detects_a_race() {
         let fx = Fixture::new();
         let url = RepoUrl::parse(&fx.file_url()).expect("url");
-        let open = |d: &Path| Writer::open(d, url.clone(), Credentials::default(), GitConfig::default(), "fleet").expect("opens");
+        let open = |d: &Path| {
+            Writer::open(d, url.clone(), Credentials::default(), GitConfig::default(), "fleet").expect("opens")
+        };
         let (one, two) = (tempfile::tempdir().expect("tmp"), tempfile::tempdir().expect("tmp"));
         let w = open(one.path());
         assert_eq!(w.tip(), None, "a missing branch");
-        let c1 = w.commit(&files("1"), "first", ("Bot", "bot@example.com")).expect("commits").expect("a change");
+        let c1 = w
+            .commit(&files("1"), "first", ("Bot", "bot@example.com"))
+            .expect("commits")
+            .expect("a change");
         assert_eq!(w.push(c1).expect("pushes"), Pushed::Done);
 
         let mut late = open(two.path());
         assert_eq!(late.tip(), Some(c1.to_string()));
         assert_eq!(late.read("a/b.yaml").as_deref(), Some("v: 1\n"));
-        assert_eq!(late.commit(&files("1"), "again", ("Bot", "bot@example.com")).expect("commits"), None);
+        assert_eq!(
+            late.commit(&files("1"), "again", ("Bot", "bot@example.com"))
+                .expect("commits"),
+            None
+        );
 
         let three = tempfile::tempdir().expect("tmp");
         let mut w = open(three.path());
-        let c2 = w.commit(&files("2"), "second", ("Bot", "bot@example.com")).expect("commits").expect("a change");
+        let c2 = w
+            .commit(&files("2"), "second", ("Bot", "bot@example.com"))
+            .expect("commits")
+            .expect("a change");
         assert_eq!(w.push(c2).expect("pushes"), Pushed::Done);
-        let c3 = late.commit(&files("3"), "racing", ("Bot", "bot@example.com")).expect("commits").expect("a change");
+        let c3 = late
+            .commit(&files("3"), "racing", ("Bot", "bot@example.com"))
+            .expect("commits")
+            .expect("a change");
         assert_eq!(late.push(c3).expect("answers"), Pushed::NotFastForward);
         late.fetch().expect("fetches");
-        let c3 = late.commit(&files("3"), "redone", ("Bot", "bot@example.com")).expect("commits").expect("a change");
+        let c3 = late
+            .commit(&files("3"), "redone", ("Bot", "bot@example.com"))
+            .expect("commits")
+            .expect("a change");
         assert_eq!(late.push(c3).expect("pushes"), Pushed::Done);
         w.fetch().expect("fetches");
         assert_eq!(w.read("a/b.yaml").as_deref(), Some("v: 3\n"));

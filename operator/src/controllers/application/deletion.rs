@@ -193,14 +193,50 @@ mod tests {
                 "metadata": {"name": name, "namespace": ns, "annotations": annotations}}))
         };
         let live = vec![
-            tracked("apiextensions.k8s.io/v1", "CustomResourceDefinition", "", "applications.capstan.dev", json!({})),
-            tracked("apiextensions.k8s.io/v1", "CustomResourceDefinition", "", "widgets.example.com", json!({})),
+            tracked(
+                "apiextensions.k8s.io/v1",
+                "CustomResourceDefinition",
+                "",
+                "applications.capstan.dev",
+                json!({}),
+            ),
+            tracked(
+                "apiextensions.k8s.io/v1",
+                "CustomResourceDefinition",
+                "",
+                "widgets.example.com",
+                json!({}),
+            ),
             tracked("v1", "Namespace", "", "capstan-system", json!({})),
-            tracked("capstan.dev/v1alpha1", "Application", "capstan-system", "capstan-system", json!({})),
-            tracked("v1", "ConfigMap", "shop", "kept", json!({"helm.sh/resource-policy": "keep"})),
-            tracked("v1", "ConfigMap", "shop", "stays", json!({"capstan.dev/sync-options": "Delete=false"})),
+            tracked(
+                "capstan.dev/v1alpha1",
+                "Application",
+                "capstan-system",
+                "capstan-system",
+                json!({}),
+            ),
+            tracked(
+                "v1",
+                "ConfigMap",
+                "shop",
+                "kept",
+                json!({"helm.sh/resource-policy": "keep"}),
+            ),
+            tracked(
+                "v1",
+                "ConfigMap",
+                "shop",
+                "stays",
+                json!({"capstan.dev/sync-options": "Delete=false"}),
+            ),
             tracked("v1", "ConfigMap", "shop", "goes", json!({})),
-            tracked("capstan.dev/v1alpha1", "Application", "capstan-system", "user-app", json!({})),
+            tracked(
+                "capstan.dev/v1alpha1",
+                "Application",
+                "capstan-system",
+                "user-app",
+                json!({}),
+            ),
         ];
         let who = Protection {
             operator_namespace: "capstan-system",
@@ -213,7 +249,14 @@ mod tests {
         let guards: Vec<&str> = held.iter().map(|m| m.split(' ').nth(1).unwrap_or_default()).collect();
         assert_eq!(
             guards,
-            ["CapstanCRD", "CustomResourceDefinition", "OperatorNamespace", "SelfApplication", "HelmResourcePolicyKeep", "DeleteFalse"]
+            [
+                "CapstanCRD",
+                "CustomResourceDefinition",
+                "OperatorNamespace",
+                "SelfApplication",
+                "HelmResourcePolicyKeep",
+                "DeleteFalse"
+            ]
         );
     }
 

@@ -14,7 +14,6 @@ use serde_json::Value;
 
 use super::options::{AppOptions, Propagation, PruneOption};
 use super::order;
-use crate::engine::protect::{self, Guard, Protection, Removal};
 use super::tasks::{self, has_hook_finalizer, SyncTask, TaskSet, TaskSetInput};
 use super::{LiveObject, PlanContext, MAX_MESSAGE_CHARS};
 use crate::api::application::{
@@ -22,6 +21,7 @@ use crate::api::application::{
     SyncOperation, SyncOperationResult, SyncPhase, SyncPolicy, SyncStep,
 };
 use crate::engine::object::{self, ObjectKey};
+use crate::engine::protect::{self, Guard, Protection, Removal};
 use crate::text::truncate;
 
 /// Default delay between two sync waves (`controller.sync.wave.delay.seconds`, 2 s in Argo CD).
