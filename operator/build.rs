@@ -30,10 +30,9 @@ fn collect(root: &Path, dir: &Path, out: &mut Vec<(String, PathBuf)>) {
 fn main() {
     let root = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets it")).join("..");
     let mut files = Vec::new();
-    for dir in ["config"] {
-        println!("cargo:rerun-if-changed={}", root.join(dir).display());
-        collect(&root, &root.join(dir), &mut files);
-    }
+    let config = root.join("config");
+    println!("cargo:rerun-if-changed={}", config.display());
+    collect(&root, &config, &mut files);
     let mut table = String::from(
         "/// Installation manifests by path relative to the workspace root.\npub const FILES: &[(&str, &str)] = &[\n",
     );
