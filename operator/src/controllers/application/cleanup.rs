@@ -140,7 +140,13 @@ impl Cleanup<'_> {
             // One event for all: the recorder folds repeats of a reason into one series.
             let note = truncate(&held.join("; "), status::MAX_STATUS_MESSAGE);
             self.ctx
-                .publish_event(&event_ref(self.app), EventType::Warning, "DeletionGuarded", "Delete", &note)
+                .publish_event(
+                    &event_ref(self.app),
+                    EventType::Warning,
+                    "DeletionGuarded",
+                    "Delete",
+                    &note,
+                )
                 .await;
         }
         match deletion::delete_tracked(writer, &who, &view.own, propagation).await {
