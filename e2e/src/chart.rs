@@ -35,11 +35,14 @@ pub const RELEASE: &str = "capstan";
 /// own role already covers Applications. RBAC objects are only read (the live cache watches what tenant
 /// Applications deploy): the tenancy tests' Roles, RoleBindings and ClusterRoleBindings are written as the
 /// tenant's ServiceAccount, so the operator's own rights could not have written them.
+/// CRDs are there because the self-protection fixtures deploy them (a self-managing installation carries
+/// its own CRDs).
 pub const E2E_DEPLOY_RULES: &str = r#"[
   {"apiGroups": [""], "resources": ["configmaps", "secrets", "services", "serviceaccounts", "pods", "namespaces"], "verbs": ["*"]},
   {"apiGroups": ["apps"], "resources": ["deployments", "replicasets"], "verbs": ["*"]},
   {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["*"]},
-  {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "rolebindings", "clusterrolebindings"], "verbs": ["get", "list", "watch"]}
+  {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "rolebindings", "clusterrolebindings"], "verbs": ["get", "list", "watch"]},
+  {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["*"]}
 ]"#;
 
 /// Which of the chart's ServiceAccounts a process runs as.
