@@ -7,6 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use capstan::cluster::requests::{KubeRequestLayer, WriteFence};
+use capstan::controllers::leader::{self, LeaseSettings};
 use capstan::controllers::{self, parse_duration, Context, ControllerName, ControllerSet, Settings, Shutdown};
 use capstan::source::git::{Git2Source, GitConfig};
 use capstan::telemetry::LogFormat;
@@ -84,6 +86,39 @@ struct RunArgs {
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    /// Run the controllers only while holding Lease `capstan-controller` in the operator namespace
+    /// (one active replica; the others are warm standbys).
+    #[arg(long)]
+    leader_elect: bool,
+    /// How long the Lease holds without renewal; a standby takes over after this.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    leader_elect_lease_duration: Duration,
+    /// A leader that could not renew for this long stops writing (shorter than the lease duration).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    leader_elect_renew_deadline: Duration,
+    /// How often the leader renews and a standby retries.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    leader_elect_retry_period: Duration,
+}
+
+impl RunArgs {
+    /// The controllers' election, when `--leader-elect` is set and a controller other than the
+    /// reporter (which elects on its own Lease) is selected.
+    fn election(&self, selected: &ControllerSet, identity: &str) -> anyhow::Result<Option<LeaseSettings>> {
+        if !self.leader_elect {
+            return Ok(None);
+        }
+        if selected.iter().all(|c| c == ControllerName::Reporter) {
+            tracing::info!("--leader-elect: the reporter elects on its own Lease; nothing else to elect");
+            return Ok(None);
+        }
+        let mut lease = LeaseSettings::new(leader::CONTROLLER_LEASE, &self.namespace, identity.to_string());
+        lease.duration = self.leader_elect_lease_duration;
+        lease.renew_deadline = self.leader_elect_renew_deadline;
+        lease.retry = self.leader_elect_retry_period;
+        lease.validate().map_err(|e| anyhow::anyhow!("--leader-elect: {e}"))?;
+        Ok(Some(lease))
+    }
 }
 
 fn main() -> ExitCode {
@@ -132,6 +167,8 @@ async fn operate(args: RunArgs) -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
 
     let selected = ControllerSet::parse(&args.controllers)?;
+    let identity = leader::identity("capstan");
+    let election = args.election(&selected, &identity)?;
     let git_timeout = args.git_timeout;
     let settings = Settings {
         namespace: args.namespace,
@@ -149,21 +186,42 @@ async fn operate(args: RunArgs) -> anyhow::Result<()> {
         .contains(ControllerName::Reporter)
         .then(|| capstan::reporter::ReporterMetrics::register(&registry))
         .transpose()?;
-    let config = kube::Config::infer()
+    let mut config = kube::Config::infer()
         .await
         .context("no Kubernetes configuration (KUBECONFIG or in-cluster)")?;
-    let clusters =
-        capstan::cluster::ClusterClients::counted(config.clone(), &settings.namespace, metrics.kube_requests.clone())
-            .map_err(|e| anyhow::anyhow!("cluster clients: {e}"))?;
-    let client = controllers::context::counting_client(config, &metrics)?;
+    // Names this replica in API server audit and request logs (which holder wrote what).
+    let agent = format!("capstan/{} ({identity})", env!("CARGO_PKG_VERSION"));
+    config.headers.push((
+        axum::http::header::USER_AGENT,
+        axum::http::HeaderValue::from_str(&agent).context("user agent")?,
+    ));
+    // Under election every write waits for the Lease; without it the fence stays open.
+    let fence = if election.is_some() {
+        WriteFence::closed()
+    } else {
+        WriteFence::open()
+    };
+    let requests = KubeRequestLayer::new(metrics.kube_requests.clone()).with_fence(fence.clone());
+    let clusters = capstan::cluster::ClusterClients::counted(config.clone(), &settings.namespace, requests.clone())
+        .map_err(|e| anyhow::anyhow!("cluster clients: {e}"))?;
+    let client = controllers::context::fenced_client(config, requests)?;
     let cache_dir = args
         .cache_dir
         .unwrap_or_else(|| std::env::temp_dir().join("capstan-git"));
     let git = git_source(cache_dir, git_timeout);
     let ctx = Arc::new(
-        Context::new(client.clone(), settings, Arc::new(git), metrics.clone()).with_clusters(Arc::new(clusters)),
+        Context::new(client.clone(), settings, Arc::new(git), metrics.clone())
+            .with_clusters(Arc::new(clusters))
+            .with_fence(fence.clone()),
     );
     let shutdown = Shutdown::on_signals()?;
+    let election = match election {
+        Some(lease) => Some(start_election(&client, lease, fence, &metrics, &shutdown).await?),
+        None => {
+            metrics.leader.set(1);
+            None
+        }
+    };
 
     let mut servers = tokio::task::JoinSet::new();
     let listener = tokio::net::TcpListener::bind(args.metrics_addr)
@@ -197,6 +255,12 @@ async fn operate(args: RunArgs) -> anyhow::Result<()> {
         }
     }
     shutdown.trigger();
+    if let Some(election) = election {
+        // Hand the Lease over at once rather than after it expires.
+        if tokio::time::timeout(Duration::from_secs(5), election).await.is_err() {
+            tracing::warn!("the Lease was not released within 5s");
+        }
+    }
     // Servers stop on the shutdown signal (bounded); the Secret watch does not, so it is aborted.
     if let Some(watch) = secret_watch {
         watch.abort();
@@ -265,4 +329,37 @@ fn valid_service_account(name: &str) -> anyhow::Result<String> {
     capstan::api::tenancy::validate_service_account_name(name)
         .map_err(|e| anyhow::anyhow!("--default-service-account: {e}"))?;
     Ok(name.to_string())
+}
+
+/// Checks that this identity may use the Lease, then runs the election in the background: the
+/// fence opens while this replica leads, and `capstan_leader` follows it.
+async fn start_election(
+    client: &kube::Client,
+    lease: LeaseSettings,
+    fence: WriteFence,
+    metrics: &Metrics,
+    shutdown: &Shutdown,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    leader::check_access(client, &lease).await?;
+    tracing::info!(
+        lease = lease.name,
+        identity = lease.identity,
+        "leader election on; standing by until the Lease is held"
+    );
+    let (leading_tx, mut leading_rx) = tokio::sync::watch::channel(false);
+    let gauge = metrics.leader.clone();
+    gauge.set(0);
+    tokio::spawn(async move {
+        while leading_rx.changed().await.is_ok() {
+            gauge.set(i64::from(*leading_rx.borrow_and_update()));
+        }
+    });
+    Ok(tokio::spawn(leader::run(
+        client.clone(),
+        lease,
+        leading_tx,
+        Some(fence),
+        None,
+        shutdown.clone(),
+    )))
 }

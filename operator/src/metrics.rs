@@ -9,7 +9,9 @@
 
 use std::time::Duration;
 
-use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder};
+use prometheus::{
+    Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+};
 
 use crate::source::url::strip_userinfo_and_query;
 use crate::source::RepoUrl;
@@ -50,6 +52,16 @@ pub struct Metrics {
     pub appset_owned_applications: IntGaugeVec,
     /// `capstan_appset_reconcile_duration_seconds{namespace,name}`: one ApplicationSet reconcile.
     pub appset_reconcile_duration: HistogramVec,
+    /// `capstan_leader`: 1 while this replica holds the controllers' Lease (always 1 without leader
+    /// election), 0 in a standby.
+    pub leader: IntGauge,
+    /// `capstan_repository_ready{namespace,name}`: 1 while the Repository's `Ready` condition is True.
+    pub repository_ready: IntGaugeVec,
+    /// `capstan_reconcile_in_flight{controller}`: reconciles running now (the work queue's busy part;
+    /// at `--app-concurrency` the rest waits).
+    pub reconciles_in_flight: IntGaugeVec,
+    /// `capstan_reconcile_duration_seconds{controller}`: one reconcile of any controller.
+    pub reconcile_duration: HistogramVec,
 }
 
 /// Labels of `capstan_app_info`, in order.
@@ -117,7 +129,52 @@ impl Metrics {
             &["namespace", "name"],
         )?;
         registry.register(Box::new(appset_reconcile_duration.clone()))?;
+        let leader = IntGauge::new(
+            "capstan_leader",
+            "1 while this replica holds the controllers' leader Lease (or runs without leader election).",
+        )?;
+        registry.register(Box::new(leader.clone()))?;
+        let build_info = IntGaugeVec::new(
+            Opts::new(
+                "capstan_build_info",
+                "Build information of the running capstan (value 1).",
+            ),
+            &["version", "revision"],
+        )?;
+        registry.register(Box::new(build_info.clone()))?;
+        build_info
+            .with_label_values(&[
+                env!("CARGO_PKG_VERSION"),
+                option_env!("CAPSTAN_REVISION").unwrap_or("unknown"),
+            ])
+            .set(1);
+        let gauge = |name: &str, help: &str, labels: &[&str]| -> Result<IntGaugeVec, prometheus::Error> {
+            let g = IntGaugeVec::new(Opts::new(name, help), labels)?;
+            registry.register(Box::new(g.clone()))?;
+            Ok(g)
+        };
+        let reconcile_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "capstan_reconcile_duration_seconds",
+                "Duration of one reconcile by controller.",
+            )
+            .buckets(vec![0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
+            &["controller"],
+        )?;
+        registry.register(Box::new(reconcile_duration.clone()))?;
         Ok(Metrics {
+            leader,
+            repository_ready: gauge(
+                "capstan_repository_ready",
+                "1 while the Repository's Ready condition is True, else 0.",
+                &["namespace", "name"],
+            )?,
+            reconciles_in_flight: gauge(
+                "capstan_reconcile_in_flight",
+                "Reconciles running now by controller.",
+                &["controller"],
+            )?,
+            reconcile_duration,
             app_info,
             app_reconcile_duration,
             appset_info,

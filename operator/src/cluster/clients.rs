@@ -25,7 +25,6 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::ListParams;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config, ResourceExt};
-use prometheus::IntCounterVec;
 use serde_json::{json, Value};
 
 use super::discovery::DiscoveryCache;
@@ -150,13 +149,14 @@ impl std::fmt::Debug for ClusterHandle {
 
 impl ClusterHandle {
     /// A handle from a client configuration; `name` and `server` are for messages and status. With a
-    /// `counter`, every request of the handle (watches and discovery too) is counted there.
+    /// `requests` layer, every request of the handle (watches and discovery too) is counted there and
+    /// passes its write fence.
     pub fn from_config(
         name: &str,
         server: &str,
         config: Config,
         timeouts: ClusterTimeouts,
-        counter: Option<&IntCounterVec>,
+        counter: Option<&KubeRequestLayer>,
     ) -> Result<Arc<ClusterHandle>, ClusterError> {
         let client = build_client(request_config(config.clone(), &timeouts), name, counter)?;
         let watch_client = build_client(watch_config(config.clone(), &timeouts), name, counter)?;
@@ -290,8 +290,8 @@ pub struct ClusterClients {
     local: Arc<ClusterHandle>,
     operator_namespace: String,
     timeouts: ClusterTimeouts,
-    /// `capstan_kube_requests_total`, for every handle built here.
-    counter: Option<IntCounterVec>,
+    /// `capstan_kube_requests_total` and the write fence, for every handle built here.
+    counter: Option<KubeRequestLayer>,
     cache: tokio::sync::Mutex<HashMap<(String, String), Cached>>,
 }
 
@@ -301,8 +301,9 @@ impl ClusterClients {
         Self::with_timeouts(local, operator_namespace, ClusterTimeouts::default(), None)
     }
 
-    /// As [`ClusterClients::new`], counting every request of every cluster in `counter`.
-    pub fn counted(local: Config, operator_namespace: &str, counter: IntCounterVec) -> Result<Self, ClusterError> {
+    /// As [`ClusterClients::new`], every request of every cluster going through `counter` (counted,
+    /// and fenced when it carries a fence).
+    pub fn counted(local: Config, operator_namespace: &str, counter: KubeRequestLayer) -> Result<Self, ClusterError> {
         Self::with_timeouts(local, operator_namespace, ClusterTimeouts::default(), Some(counter))
     }
 
@@ -310,7 +311,7 @@ impl ClusterClients {
         local: Config,
         operator_namespace: &str,
         timeouts: ClusterTimeouts,
-        counter: Option<IntCounterVec>,
+        counter: Option<KubeRequestLayer>,
     ) -> Result<Self, ClusterError> {
         Ok(ClusterClients {
             local: ClusterHandle::from_config(IN_CLUSTER_NAME, IN_CLUSTER_SERVER, local, timeouts, counter.as_ref())?,
@@ -704,7 +705,7 @@ fn watch_config(mut config: Config, t: &ClusterTimeouts) -> Config {
     config
 }
 
-fn build_client(config: Config, name: &str, counter: Option<&IntCounterVec>) -> Result<Client, ClusterError> {
+fn build_client(config: Config, name: &str, counter: Option<&KubeRequestLayer>) -> Result<Client, ClusterError> {
     let builder = kube::client::ClientBuilder::try_from(config).map_err(|e| match e {
         kube::Error::RustlsTls(_) | kube::Error::TlsRequired => {
             ClusterError::InvalidConfig(format!("Cluster {name}: TLS setup failed (check caCert)"))
@@ -713,7 +714,7 @@ fn build_client(config: Config, name: &str, counter: Option<&IntCounterVec>) -> 
         _ => ClusterError::InvalidConfig(format!("Cluster {name}: client could not be built")),
     })?;
     Ok(match counter {
-        Some(c) => builder.with_layer(&KubeRequestLayer::new(c.clone())).build(),
+        Some(layer) => builder.with_layer(layer).build(),
         None => builder.build(),
     })
 }

@@ -1,25 +1,87 @@
 //! Counting every request a Kubernetes client makes, by verb and response code
 //! (`capstan_kube_requests_total{verb,code}`): a tower layer for kube's `ClientBuilder`, used for the
 //! operator's own client and for every cluster handle (applies, watches and discovery included).
+//! The same layer carries the [`WriteFence`]: while it is closed (a replica that does not hold the
+//! leader Lease), every write fails before it leaves the process.
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
 
 use axum::http::{Method, Request, Response};
 use prometheus::IntCounterVec;
 use tower::{Layer, Service};
 
-/// A tower layer counting Kubernetes API requests by verb and response code.
+/// Whether this process may write to Kubernetes: open unless leader election says otherwise.
+/// Shared by every client the process builds, so closing it stops all writes at once, including
+/// those of a reconcile already under way. Lease writes (the election itself) and access reviews
+/// (questions, not writes) pass regardless.
+#[derive(Clone, Debug)]
+pub struct WriteFence(Arc<AtomicBool>);
+
+impl Default for WriteFence {
+    fn default() -> Self {
+        WriteFence(Arc::new(AtomicBool::new(true)))
+    }
+}
+
+impl WriteFence {
+    /// A fence that lets writes through until [`set_open`](Self::set_open)`(false)`.
+    pub fn open() -> Self {
+        WriteFence::default()
+    }
+
+    /// A fence that refuses writes until opened (a replica that has not won the election yet).
+    pub fn closed() -> Self {
+        WriteFence(Arc::new(AtomicBool::new(false)))
+    }
+
+    /// Opens or closes the fence.
+    pub fn set_open(&self, open: bool) {
+        self.0.store(open, Ordering::SeqCst);
+    }
+
+    /// Whether writes pass.
+    pub fn is_open(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+
+    /// Whether a request with `method` on `path` is a write the fence holds back.
+    fn holds(&self, method: &Method, path: &str) -> bool {
+        let write = !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS);
+        let exempt = path.starts_with("/apis/coordination.k8s.io/") || path.starts_with("/apis/authorization.k8s.io/");
+        write && !exempt && !self.is_open()
+    }
+}
+
+/// The error of a write held back by a closed [`WriteFence`].
+#[derive(Debug, thiserror::Error)]
+#[error("not the leader: writes are fenced off until this replica holds the leader Lease")]
+pub struct NotLeader;
+
+/// A tower layer counting Kubernetes API requests by verb and response code, and holding back
+/// writes while its [`WriteFence`] is closed.
 #[derive(Clone, Debug)]
 pub struct KubeRequestLayer {
     counter: IntCounterVec,
+    fence: WriteFence,
 }
 
 impl KubeRequestLayer {
-    /// Counts into `counter` (labels `verb`, `code`).
+    /// Counts into `counter` (labels `verb`, `code`); writes always pass.
     pub fn new(counter: IntCounterVec) -> Self {
-        KubeRequestLayer { counter }
+        KubeRequestLayer {
+            counter,
+            fence: WriteFence::open(),
+        }
+    }
+
+    /// The same layer, holding writes back while `fence` is closed.
+    pub fn with_fence(mut self, fence: WriteFence) -> Self {
+        self.fence = fence;
+        self
     }
 }
 
@@ -30,6 +92,7 @@ impl<S> Layer<S> for KubeRequestLayer {
         KubeRequestService {
             inner,
             counter: self.counter.clone(),
+            fence: self.fence.clone(),
         }
     }
 }
@@ -39,6 +102,7 @@ impl<S> Layer<S> for KubeRequestLayer {
 pub struct KubeRequestService<S> {
     inner: S,
     counter: IntCounterVec,
+    fence: WriteFence,
 }
 
 type BoxedFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
@@ -47,7 +111,8 @@ impl<S, B, RB> Service<Request<B>> for KubeRequestService<S>
 where
     S: Service<Request<B>, Response = Response<RB>>,
     S::Future: Send + 'static,
-    S::Error: 'static,
+    S::Error: From<NotLeader> + Send + 'static,
+    RB: Send + 'static,
 {
     type Response = S::Response;
     type Error = S::Error;
@@ -60,6 +125,10 @@ where
     fn call(&mut self, req: Request<B>) -> Self::Future {
         let verb = kube_verb(req.method(), req.uri().path(), req.uri().query().unwrap_or_default());
         let counter = self.counter.clone();
+        if self.fence.holds(req.method(), req.uri().path()) {
+            counter.with_label_values(&[verb, "fenced"]).inc();
+            return Box::pin(std::future::ready(Err(NotLeader.into())));
+        }
         let fut = self.inner.call(req);
         Box::pin(async move {
             let result = fut.await;
@@ -104,6 +173,20 @@ pub fn kube_verb(method: &Method, path: &str, query: &str) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_closed_fence_holds_writes_but_not_reads_leases_or_reviews() {
+        let fence = WriteFence::closed();
+        let cm = "/api/v1/namespaces/ns/configmaps/c";
+        assert!(fence.holds(&Method::PATCH, cm));
+        assert!(fence.holds(&Method::POST, "/apis/batch/v1/namespaces/ns/jobs"));
+        assert!(fence.holds(&Method::DELETE, cm));
+        assert!(!fence.holds(&Method::GET, cm));
+        assert!(!fence.holds(&Method::PUT, "/apis/coordination.k8s.io/v1/namespaces/ns/leases/l"));
+        assert!(!fence.holds(&Method::POST, "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"));
+        fence.set_open(true);
+        assert!(!fence.holds(&Method::PATCH, cm));
+    }
 
     #[test]
     fn verbs_from_requests() {

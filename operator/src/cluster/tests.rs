@@ -806,7 +806,7 @@ async fn cluster_handle_requests_are_counted() {
         &dc.url(),
         config_of(&dc).await,
         ClusterTimeouts::default(),
-        Some(&counter),
+        Some(&crate::cluster::requests::KubeRequestLayer::new(counter.clone())),
     )
     .expect("handle");
     ops::apply(

@@ -15,7 +15,7 @@ use kube::Client;
 
 use super::error::{BackoffPolicy, Backoffs};
 use super::notifier::RevisionNotifier;
-use crate::cluster::requests::KubeRequestLayer;
+use crate::cluster::requests::{KubeRequestLayer, WriteFence};
 use crate::cluster::ClusterClients;
 use crate::metrics::Metrics;
 use crate::render::{Binaries, CachingRenderer};
@@ -103,6 +103,9 @@ pub struct Context {
     binaries: Binaries,
     /// Compiled PolicySets, shared by the controllers that evaluate or report them.
     pub policies: crate::policy::Cache,
+    /// Open while this replica may write (always, without leader election): closed, reconciles are
+    /// skipped and the clients built with it refuse writes.
+    pub fence: WriteFence,
 }
 
 impl std::fmt::Debug for Context {
@@ -138,7 +141,15 @@ impl Context {
             renderer: Arc::new(CachingRenderer::new(RENDER_CACHE_BYTES)),
             binaries: Binaries::default(),
             policies: crate::policy::Cache::default(),
+            fence: WriteFence::open(),
         }
+    }
+
+    /// The context of a replica under leader election: `fence` is the one its clients were built
+    /// with, opened and closed by `controllers::leader::run`.
+    pub fn with_fence(mut self, fence: WriteFence) -> Self {
+        self.fence = fence;
+        self
     }
 
     /// The context with destination cluster clients (the operator's own cluster and Cluster objects).
@@ -263,10 +274,13 @@ impl Readiness {
 /// Builds a client from `config` whose every request is counted in
 /// `capstan_kube_requests_total{verb,code}`.
 pub fn counting_client(config: kube::Config, metrics: &Metrics) -> Result<Client, kube::Error> {
-    let builder = ClientBuilder::try_from(config)?;
-    Ok(builder
-        .with_layer(&KubeRequestLayer::new(metrics.kube_requests.clone()))
-        .build())
+    fenced_client(config, KubeRequestLayer::new(metrics.kube_requests.clone()))
+}
+
+/// A client whose every request goes through `layer` (counted, and held back while its fence is
+/// closed).
+pub fn fenced_client(config: kube::Config, layer: KubeRequestLayer) -> Result<Client, kube::Error> {
+    Ok(ClientBuilder::try_from(config)?.with_layer(&layer).build())
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ pub mod cluster;
 pub mod context;
 pub mod error;
 pub mod git_access;
+pub mod leader;
 pub mod notifier;
 pub mod policy_access;
 pub mod policy_set;
@@ -260,6 +261,20 @@ pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// A random `u64` from the standard library's per-process random keys (no RNG crate for jitter and
+/// instance suffixes).
+pub fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default(),
+    );
+    hasher.finish()
+}
+
 /// `namespace/name`: the key of an object in a controller's in-memory state.
 pub(crate) fn ns_name<K: kube::ResourceExt>(obj: &K) -> String {
     format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any())
@@ -336,6 +351,9 @@ pub(crate) async fn run_controller<K, F, Fut>(
         .await;
 }
 
+/// How soon a standby replica looks at an object again.
+const STANDBY_RECHECK: Duration = Duration::from_secs(2);
+
 /// The outcome label of a reconcile in `capstan_reconcile_total{result}`.
 fn result_label(result: &Result<Action, Error>) -> &'static str {
     match result {
@@ -348,7 +366,7 @@ fn result_label(result: &Result<Action, Error>) -> &'static str {
     }
 }
 
-/// Runs one reconcile of `obj` by `controller`: records `capstan_reconcile_total` and (for
+/// Runs one reconcile of `obj` by `controller` (none in a standby replica, whose fence is closed): records `capstan_reconcile_total` and (for
 /// stalled and transient errors) `capstan_reconcile_errors_total`, logs the outcome (error
 /// messages are sanitized by construction), and resets the object's backoff on success.
 pub async fn instrumented<K>(
@@ -360,7 +378,21 @@ pub async fn instrumented<K>(
 where
     K: Resource<DynamicType = ()>,
 {
+    if !ctx.fence.is_open() {
+        // A standby: its watches keep the caches warm, and it looks again soon so that it takes
+        // over every object within moments of winning the Lease.
+        return Ok(Action::requeue(STANDBY_RECHECK));
+    }
+    let in_flight = ctx.metrics.reconciles_in_flight.with_label_values(&[controller]);
+    in_flight.inc();
+    let timer = ctx
+        .metrics
+        .reconcile_duration
+        .with_label_values(&[controller])
+        .start_timer();
     let result = reconcile.await;
+    timer.observe_duration();
+    in_flight.dec();
     let label = result_label(&result);
     let category = result
         .as_ref()

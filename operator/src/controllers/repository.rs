@@ -544,6 +544,11 @@ async fn finish(
     status::write_status(api, repo, old, &new)
         .await
         .map_err(KubeStep::StatusWrite.err())?;
+    let ready = find_condition(&new.conditions, CONDITION_READY).is_some_and(|c| c.status == STATUS_TRUE);
+    ctx.metrics
+        .repository_ready
+        .with_label_values(&[&repo.namespace().unwrap_or_default(), &repo.name_any()])
+        .set(i64::from(ready));
     for change in changes {
         tracing::info!(
             controller = CONTROLLER,

@@ -18,7 +18,7 @@
 //! I/O around it:
 //! - [`watch`]: watchers on the five kinds and on Events about them (never Secrets), feeding the cache;
 //!   the watch on ConfigMap and Secret `capstan-reporter` (hot reload);
-//! - [`lease`]: leader election on Lease `capstan-reporter`;
+//! - leader election on Lease `capstan-reporter` through `controllers::leader` (one sender);
 //! - [`sender`]: the leader's loops — batches (one in flight, flushed every second or at 200 items),
 //!   digest and snapshot, heartbeats on their own lane, the checkpoint;
 //! - [`tasks`]: the task long poll, carried out through the Kubernetes API as a user would;
@@ -27,7 +27,6 @@
 pub mod client;
 pub mod config;
 pub mod dirty;
-pub mod lease;
 pub mod metrics;
 pub mod policy;
 pub mod project;
@@ -43,7 +42,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{watch as channel, Notify};
 
+use crate::controllers::leader::{self, LeaseSettings};
 use crate::controllers::{lock, Context, Shutdown};
+use config::LEASE_NAME;
 pub use metrics::ReporterMetrics;
 use state::{Cache, MAX_BATCH_ITEMS};
 
@@ -213,13 +214,7 @@ impl Shared {
 
 /// This process's `instance`: the pod name (or host name) plus a random suffix, new at each start.
 pub fn instance_name() -> String {
-    let host = std::env::var("POD_NAME")
-        .ok()
-        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
-        .map(|h| h.trim().to_string())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "capstan-reporter".into());
-    format!("{host}-{:04x}", policy::random_u64() & 0xffff)
+    crate::controllers::leader::identity("capstan-reporter")
 }
 
 /// The state the reporter's tasks share, empty: nothing cached, no endpoint until the settings watch
@@ -278,12 +273,13 @@ pub async fn run(ctx: Arc<Context>, metrics: ReporterMetrics, shutdown: Shutdown
     ));
     let (leading_tx, leading_rx) = channel::channel(false);
     let (step_down_tx, step_down_rx) = channel::channel(0u64);
-    tasks.spawn(lease::run(
+    let lease = LeaseSettings::new(LEASE_NAME, &namespace, shared.instance.clone());
+    tasks.spawn(leader::run(
         client.clone(),
-        namespace,
-        shared.instance.clone(),
+        lease,
         leading_tx,
-        step_down_rx,
+        None,
+        Some(step_down_rx),
         shutdown.clone(),
     ));
     tasks.spawn(sender::run(

@@ -97,18 +97,7 @@ pub fn random_unit() -> f64 {
     (random_u64() >> 11) as f64 / (1u64 << 53) as f64
 }
 
-/// A random `u64` (see [`random_unit`]).
-pub fn random_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u128(
-        SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or_default(),
-    );
-    hasher.finish()
-}
+pub use crate::controllers::random_u64;
 
 /// Whether `pattern` (`*` any run, `?` one character) matches `text` entirely (the same matcher as
 /// known_hosts patterns).

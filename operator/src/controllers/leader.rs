@@ -1,0 +1,366 @@
+//! Leader election on a Lease: one holder among the replicas, reusable for any Lease (the
+//! controllers' `capstan-controller`, the reporter's `capstan-reporter`, a shard's).
+//!
+//! A plain Lease loop with client-go's timing: get, then create or replace with the read
+//! `resourceVersion`, so two replicas never both win a term. The holder renews every `retry`; a
+//! standby looks every `retry` and takes over a Lease not renewed for `duration`. A holder that has
+//! not renewed for `renew_deadline` stops leading on its own, before anyone else can take the Lease
+//! (the deadline is shorter than the duration), so two terms never overlap. "Stops leading" is
+//! immediate: the [`WriteFence`] shared with every Kubernetes client closes at that moment, so a
+//! sync in flight cannot write one more object (see docs/user-guide.md, "High availability").
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec};
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{ObjectMeta, PostParams};
+use kube::{Api, Client};
+use tokio::sync::watch;
+
+use super::Shutdown;
+use crate::cluster::requests::WriteFence;
+
+/// The controllers' Lease.
+pub const CONTROLLER_LEASE: &str = "capstan-controller";
+
+/// Timing and identity of one election.
+#[derive(Clone, Debug)]
+pub struct LeaseSettings {
+    /// Lease name.
+    pub name: String,
+    /// Lease namespace (the operator namespace).
+    pub namespace: String,
+    /// This replica's `holderIdentity` (see [`identity`]).
+    pub identity: String,
+    /// How long a Lease holds without renewal (`--leader-elect-lease-duration`, 15 s).
+    pub duration: Duration,
+    /// A holder that could not renew for this long stops leading (`--leader-elect-renew-deadline`,
+    /// 10 s); shorter than `duration` so the old term ends before a new one can start.
+    pub renew_deadline: Duration,
+    /// How often the holder renews and a standby looks (`--leader-elect-retry-period`, 2 s).
+    pub retry: Duration,
+}
+
+impl LeaseSettings {
+    /// The default timing (15 s / 10 s / 2 s) for Lease `name`.
+    pub fn new(name: &str, namespace: &str, identity: String) -> Self {
+        LeaseSettings {
+            name: name.to_string(),
+            namespace: namespace.to_string(),
+            identity,
+            duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry: Duration::from_secs(2),
+        }
+    }
+
+    /// Refuses timing under which two terms could overlap or a holder could never renew in time.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.retry.is_zero() || self.renew_deadline <= self.retry {
+            return Err("the renew deadline must be longer than the retry period".into());
+        }
+        if self.duration <= self.renew_deadline {
+            return Err("the lease duration must be longer than the renew deadline".into());
+        }
+        Ok(())
+    }
+}
+
+/// `POD_NAME` (or the hostname, or `fallback`) plus a random suffix: two processes on one host, or
+/// a restarted pod with the same name, never share an identity.
+pub fn identity(fallback: &str) -> String {
+    let host = std::env::var("POD_NAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| fallback.into());
+    format!("{host}-{:04x}", super::random_u64() & 0xffff)
+}
+
+/// What to do with the Lease as read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseAction {
+    /// Nobody holds it (or the holder let it expire): take it, a new term.
+    Acquire,
+    /// We hold it: renew.
+    Renew,
+    /// Someone else holds it.
+    Standby,
+}
+
+/// Decides from the Lease's holder and renew time (`default_duration` when the Lease names none).
+pub fn decide(spec: Option<&LeaseSpec>, me: &str, now: Timestamp, default_duration: Duration) -> LeaseAction {
+    let Some(spec) = spec else { return LeaseAction::Acquire };
+    let holder = spec.holder_identity.as_deref().filter(|h| !h.is_empty());
+    match holder {
+        None => LeaseAction::Acquire,
+        Some(h) if h == me => LeaseAction::Renew,
+        Some(_) => {
+            let duration_ms = spec
+                .lease_duration_seconds
+                .map_or(default_duration.as_millis() as i64, |s| i64::from(s) * 1000);
+            let renewed_ms = spec.renew_time.as_ref().map(|t| t.0.as_millisecond()).unwrap_or(0);
+            if renewed_ms + duration_ms < now.as_millisecond() {
+                LeaseAction::Acquire
+            } else {
+                LeaseAction::Standby
+            }
+        }
+    }
+}
+
+/// Why an election cannot run.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaderError {
+    /// RBAC does not allow a verb the election needs.
+    #[error(
+        "leader election needs {verb} on leases.coordination.k8s.io {name:?} in namespace {namespace:?}, \
+         and the API server answers that this identity may not; grant it (the chart's Role does) or run \
+         without --leader-elect"
+    )]
+    Forbidden {
+        verb: &'static str,
+        namespace: String,
+        name: String,
+    },
+    /// The access check itself failed.
+    #[error("checking access to Lease {name:?}: {source}")]
+    Check { name: String, source: kube::Error },
+}
+
+/// Checks, before the first term, that this identity may get, create and update the Lease, so a
+/// missing Role is a clear error at start rather than a replica that silently never leads.
+pub async fn check_access(client: &Client, settings: &LeaseSettings) -> Result<(), LeaderError> {
+    let reviews: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    for verb in ["get", "create", "update"] {
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    group: Some("coordination.k8s.io".into()),
+                    resource: Some("leases".into()),
+                    verb: Some(verb.into()),
+                    namespace: Some(settings.namespace.clone()),
+                    // `create` cannot be restricted by name in RBAC: ask without one.
+                    name: (verb != "create").then(|| settings.name.clone()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let answer = reviews
+            .create(&PostParams::default(), &review)
+            .await
+            .map_err(|source| LeaderError::Check {
+                name: settings.name.clone(),
+                source,
+            })?;
+        if !answer.status.is_some_and(|s| s.allowed) {
+            return Err(LeaderError::Forbidden {
+                verb,
+                namespace: settings.namespace.clone(),
+                name: settings.name.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Keeps `leading` (and `fence`, when given) up to date until `shutdown`; releases the Lease when
+/// it stops leading on purpose (`step_down` fires, or shutdown). A standby that was told to step down
+/// waits one lease duration before it competes again.
+pub async fn run(
+    client: Client,
+    settings: LeaseSettings,
+    leading: watch::Sender<bool>,
+    fence: Option<WriteFence>,
+    mut step_down: Option<watch::Receiver<u64>>,
+    shutdown: Shutdown,
+) {
+    let api: Api<Lease> = Api::namespaced(client, &settings.namespace);
+    let set = |is_leader: bool| {
+        if let Some(f) = &fence {
+            f.set_open(is_leader);
+        }
+        if leading.send_if_modified(|l| std::mem::replace(l, is_leader) != is_leader) {
+            tracing::info!(
+                lease = settings.name,
+                identity = settings.identity,
+                "leading: {is_leader}"
+            );
+        }
+    };
+    let mut last_renew: Option<Instant> = None;
+    let mut pause_until: Option<Instant> = None;
+    loop {
+        if pause_until.is_none_or(|p| Instant::now() >= p) {
+            // The term is counted from before the request: the server's renewTime is later.
+            let asked = Instant::now();
+            match round(&api, &settings).await {
+                Ok(true) => last_renew = Some(asked),
+                Ok(false) => last_renew = None,
+                Err(e) => tracing::warn!(lease = settings.name, "lease request failed: {e}"),
+            }
+        }
+        set(last_renew.is_some_and(|t| t.elapsed() < settings.renew_deadline));
+        let wait = next_wait(&settings, last_renew);
+        let stepped = async {
+            match step_down.as_mut() {
+                Some(rx) => rx.changed().await.is_ok(),
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = shutdown.wait() => break,
+            _ = tokio::time::sleep(wait) => {}
+            changed = stepped => {
+                if !changed { break; }
+                tracing::warn!(lease = settings.name, "stepping down");
+                set(false);
+                release(&api, &settings).await;
+                last_renew = None;
+                pause_until = Some(Instant::now() + settings.duration);
+            }
+        }
+    }
+    if *leading.borrow() {
+        set(false);
+        release(&api, &settings).await;
+    }
+}
+
+/// Sleep until the next round, but never past the renew deadline: a leader whose renewals hang
+/// must still notice, at the deadline, that it no longer leads.
+fn next_wait(settings: &LeaseSettings, last_renew: Option<Instant>) -> Duration {
+    match last_renew {
+        Some(t) => settings
+            .retry
+            .min(settings.renew_deadline.saturating_sub(t.elapsed()))
+            .max(Duration::from_millis(10)),
+        None => settings.retry,
+    }
+}
+
+/// One get + create/replace. `Ok(true)` when we hold the Lease afterwards.
+async fn round(api: &Api<Lease>, settings: &LeaseSettings) -> Result<bool, kube::Error> {
+    let me = settings.identity.as_str();
+    let Some(current) = api.get_opt(&settings.name).await? else {
+        let lease = Lease {
+            metadata: ObjectMeta {
+                name: Some(settings.name.clone()),
+                ..Default::default()
+            },
+            spec: Some(held_spec(settings, None, 0)),
+        };
+        return match api.create(&PostParams::default(), &lease).await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+            Err(e) => Err(e),
+        };
+    };
+    let action = decide(current.spec.as_ref(), me, Timestamp::now(), settings.duration);
+    if action == LeaseAction::Standby {
+        return Ok(false);
+    }
+    let old = current.spec.clone().unwrap_or_default();
+    let transitions = old.lease_transitions.unwrap_or(0) + i32::from(action == LeaseAction::Acquire);
+    let acquired = (action == LeaseAction::Renew).then_some(old.acquire_time).flatten();
+    let mut next = current;
+    next.spec = Some(held_spec(settings, acquired, transitions));
+    match api.replace(&settings.name, &PostParams::default(), &next).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+fn held_spec(settings: &LeaseSettings, acquired: Option<MicroTime>, transitions: i32) -> LeaseSpec {
+    let now = MicroTime(Timestamp::now());
+    LeaseSpec {
+        holder_identity: Some(settings.identity.clone()),
+        lease_duration_seconds: Some(settings.duration.as_secs().max(1) as i32),
+        acquire_time: Some(acquired.unwrap_or_else(|| now.clone())),
+        renew_time: Some(now),
+        lease_transitions: Some(transitions),
+        ..Default::default()
+    }
+}
+
+/// Gives the Lease up (holder cleared) so a standby takes over at once.
+async fn release(api: &Api<Lease>, settings: &LeaseSettings) {
+    let Ok(Some(mut lease)) = api.get_opt(&settings.name).await else {
+        return;
+    };
+    let Some(spec) = lease.spec.as_mut() else { return };
+    if spec.holder_identity.as_deref() != Some(settings.identity.as_str()) {
+        return;
+    }
+    spec.holder_identity = None;
+    if let Err(e) = api.replace(&settings.name, &PostParams::default(), &lease).await {
+        tracing::warn!(lease = settings.name, "releasing the lease failed: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(holder: Option<&str>, renewed_ms_ago: i64) -> LeaseSpec {
+        let now = Timestamp::now();
+        LeaseSpec {
+            holder_identity: holder.map(str::to_string),
+            lease_duration_seconds: Some(15),
+            renew_time: Some(MicroTime(
+                Timestamp::from_millisecond(now.as_millisecond() - renewed_ms_ago).unwrap(),
+            )),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn lease_decisions() {
+        let now = Timestamp::now();
+        let d = Duration::from_secs(15);
+        assert_eq!(decide(None, "me", now, d), LeaseAction::Acquire);
+        assert_eq!(decide(Some(&spec(None, 1000)), "me", now, d), LeaseAction::Acquire);
+        assert_eq!(
+            decide(Some(&spec(Some("me"), 100_000)), "me", now, d),
+            LeaseAction::Renew
+        );
+        assert_eq!(
+            decide(Some(&spec(Some("other"), 3000)), "me", now, d),
+            LeaseAction::Standby
+        );
+        assert_eq!(
+            decide(Some(&spec(Some("other"), 14_500)), "me", now, d),
+            LeaseAction::Standby
+        );
+        assert_eq!(
+            decide(Some(&spec(Some("other"), 15_500)), "me", now, d),
+            LeaseAction::Acquire
+        );
+    }
+
+    #[test]
+    fn timing_that_could_overlap_terms_is_refused() {
+        let ok = LeaseSettings::new("l", "ns", "me".into());
+        assert!(ok.validate().is_ok());
+        let mut bad = ok.clone();
+        bad.renew_deadline = Duration::from_secs(15);
+        assert!(bad.validate().unwrap_err().contains("lease duration"));
+        let mut bad = ok.clone();
+        bad.retry = Duration::from_secs(10);
+        assert!(bad.validate().unwrap_err().contains("retry"));
+    }
+
+    #[test]
+    fn identities_differ_per_process_start() {
+        let (a, b) = (identity("x"), identity("x"));
+        assert!(a.len() > 5 && b.len() > 5);
+        // 1 in 65,536 chance of a clash per pair; three draws make a false failure negligible.
+        assert!(a != b || identity("x") != a);
+    }
+}
