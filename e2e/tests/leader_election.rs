@@ -250,3 +250,37 @@ async fn a_leader_that_loses_its_lease_writes_nothing_more() {
     .await;
     assert_each_created_once(&rec);
 }
+
+/// `--leader-elect` under an identity that may not use the Lease: a clear error at start naming what
+/// is missing, and a non-zero exit (not a replica that silently never leads).
+#[tokio::test]
+async fn leader_elect_without_lease_rbac_fails_at_start() {
+    let cluster = capstan_e2e::TestCluster::start();
+    capstan_e2e::capstan::install_crds(cluster.kubectl_runner()).await;
+    cluster
+        .kubectl_ok(&["create", "serviceaccount", "no-lease", "-n", OPERATOR_NAMESPACE])
+        .await;
+    let token = cluster.create_token(OPERATOR_NAMESPACE, "no-lease");
+    let kubeconfig = cluster.dir().join("no-lease.kubeconfig");
+    std::fs::write(&kubeconfig, cluster.dev().kubeconfig_for_token("no-lease", &token)).expect("kubeconfig");
+    let port = capstan_e2e::capstan::free_port();
+    let out = capstan_e2e::within(
+        "capstan run --leader-elect to exit",
+        TIMEOUT,
+        tokio::process::Command::new(capstan_e2e::process::workspace_binary("capstan"))
+            .args(["run", "--leader-elect", "--namespace", OPERATOR_NAMESPACE])
+            .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+            .env("KUBECONFIG", &kubeconfig)
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("capstan runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "exit {:?}\n{stderr}", out.status);
+    assert!(
+        stderr.contains("leader election needs get on leases.coordination.k8s.io \"capstan-controller\""),
+        "{stderr}"
+    );
+}
