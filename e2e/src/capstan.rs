@@ -316,6 +316,40 @@ pub struct OperatorOptions {
     pub sync_wave_delay: Option<String>,
     /// More arguments after `run`.
     pub extra_args: Vec<String>,
+    /// Run exactly these arguments and environment, as a pod of an installed Deployment would (the
+    /// fields above are then ignored). Only what a pod has of its own is replaced: the address of
+    /// `--metrics-addr` (a free loopback port) and the directory of `--cache-dir` (a temporary one,
+    /// the pod's emptyDir).
+    pub as_pod: Option<PodCommand>,
+}
+
+/// The container command of a Deployment, for [`OperatorOptions::as_pod`].
+#[derive(Debug, Clone, Default)]
+pub struct PodCommand {
+    /// `args` of the container (starting with `run`).
+    pub args: Vec<String>,
+    /// `env` of the container, `valueFrom` already resolved.
+    pub env: Vec<(String, String)>,
+    /// The emptyDir mounted at `--cache-dir`.
+    pub cache_dir: PathBuf,
+}
+
+impl PodCommand {
+    /// The args with the pod-local parts replaced (see [`OperatorOptions::as_pod`]).
+    fn local_args(&self, metrics_port: u16) -> Vec<String> {
+        self.args
+            .iter()
+            .map(|a| {
+                if a.starts_with("--metrics-addr=") {
+                    format!("--metrics-addr=127.0.0.1:{metrics_port}")
+                } else if a.starts_with("--cache-dir=") {
+                    format!("--cache-dir={}", self.cache_dir.display())
+                } else {
+                    a.clone()
+                }
+            })
+            .collect()
+    }
 }
 
 impl Default for OperatorOptions {
@@ -325,6 +359,7 @@ impl Default for OperatorOptions {
             reconcile_interval: "20s".into(),
             sync_wave_delay: None,
             extra_args: Vec::new(),
+            as_pod: None,
         }
     }
 }
@@ -367,17 +402,22 @@ impl Operator {
         let path =
             std::env::join_paths(std::iter::once(tools).chain(std::env::split_paths(&path))).expect("PATH joins");
         let mut cmd = Command::new(workspace_binary("capstan"));
-        cmd.arg("run")
-            .args(["--namespace", OPERATOR_NAMESPACE])
-            .args(["--controllers", &self.options.controllers])
-            .args(["--metrics-addr", &format!("127.0.0.1:{}", self.metrics_port)])
-            .args(["--reconcile-interval", &self.options.reconcile_interval])
-            .args(["--log-format", "text"]);
-        if let Some(delay) = &self.options.sync_wave_delay {
-            cmd.args(["--sync-wave-delay", delay]);
+        if let Some(pod) = &self.options.as_pod {
+            cmd.args(pod.local_args(self.metrics_port))
+                .envs(pod.env.iter().map(|(k, v)| (k, v)));
+        } else {
+            cmd.arg("run")
+                .args(["--namespace", OPERATOR_NAMESPACE])
+                .args(["--controllers", &self.options.controllers])
+                .args(["--metrics-addr", &format!("127.0.0.1:{}", self.metrics_port)])
+                .args(["--reconcile-interval", &self.options.reconcile_interval])
+                .args(["--log-format", "text"]);
+            if let Some(delay) = &self.options.sync_wave_delay {
+                cmd.args(["--sync-wave-delay", delay]);
+            }
+            cmd.args(&self.options.extra_args);
         }
-        cmd.args(&self.options.extra_args)
-            .env("KUBECONFIG", &self.kubeconfig)
+        cmd.env("KUBECONFIG", &self.kubeconfig)
             .env("PATH", path)
             .env(
                 "RUST_LOG",

@@ -4,10 +4,13 @@
 
 use std::process::Stdio;
 
-use capstan_e2e::capstan::{workspace_root, OPERATOR_NAMESPACE};
+use capstan_e2e::capstan::{
+    application, automated, get_object, synced_healthy, workspace_root, GitRepo, Operator, OperatorOptions, PodCommand,
+    APP_TIMEOUT, OPERATOR_NAMESPACE,
+};
 use capstan_e2e::chart::{self, find};
 use capstan_e2e::process::workspace_binary;
-use capstan_e2e::{within, TestCluster, TIMEOUT};
+use capstan_e2e::{wait_until, within, TestCluster, POLL, TIMEOUT};
 use tokio::process::Command;
 
 async fn output(cmd: &mut Command, what: &str) -> String {
@@ -234,4 +237,348 @@ async fn helm_chart_splits_the_controllers_rights_from_what_applications_may_dep
     assert!(find(&off, "ClusterRole", "capstan-deploy").is_none());
     assert!(find(&off, "ClusterRoleBinding", "capstan-deploy").is_none());
     assert!(find(&off, "ClusterRole", "capstan").is_some());
+}
+
+// ---------------------------------------------------------------------------------------------
+// The whole lifecycle with the real Helm engine, and the operator started as the chart installs it.
+
+const RELEASE: &str = "capstan";
+
+/// `e2e/tools/helm <args> --kubeconfig <cluster's>`: stdout, or the failure's stderr as `Err`.
+async fn helm(cluster: &TestCluster, args: &[&str]) -> Result<String, String> {
+    let out = within(
+        format!("helm {}", args.join(" ")),
+        TIMEOUT * 3,
+        Command::new(workspace_root().join("e2e/tools/helm"))
+            .args(args)
+            .arg("--kubeconfig")
+            .arg(cluster.kubeconfig_path())
+            .env_remove("KUBECONFIG")
+            .stdin(Stdio::null())
+            .output(),
+    )
+    .await
+    .expect("helm runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    if out.status.success() {
+        Ok(stdout)
+    } else {
+        Err(format!("{stdout}{}", String::from_utf8_lossy(&out.stderr)))
+    }
+}
+
+async fn helm_ok(cluster: &TestCluster, args: &[&str]) -> String {
+    helm(cluster, args)
+        .await
+        .unwrap_or_else(|e| panic!("helm {}: {e}", args.join(" ")))
+}
+
+/// Every object the chart installs with monitoring, dashboard and webhook ingress on.
+const INSTALLED: [(&str, &str); 11] = [
+    ("deployment", RELEASE),
+    ("serviceaccount", RELEASE),
+    ("service", "capstan-metrics"),
+    ("service", "capstan-webhook"),
+    ("ingress", "capstan-webhook"),
+    ("poddisruptionbudget", RELEASE),
+    ("servicemonitor", RELEASE),
+    ("prometheusrule", RELEASE),
+    ("configmap", "capstan-dashboard"),
+    ("clusterrole", RELEASE),
+    ("clusterrolebinding", RELEASE),
+];
+
+async fn installed_objects(cluster: &TestCluster) -> Vec<String> {
+    let mut found = Vec::new();
+    for (kind, name) in INSTALLED {
+        let out = cluster
+            .kubectl_ok(&[
+                "get",
+                kind,
+                name,
+                "-n",
+                OPERATOR_NAMESPACE,
+                "--ignore-not-found",
+                "-o",
+                "name",
+            ])
+            .await;
+        found.extend(out.lines().map(str::to_owned));
+    }
+    found
+}
+
+async fn deployment(cluster: &TestCluster) -> serde_json::Value {
+    let out = cluster
+        .kubectl_ok(&["get", "deployment", RELEASE, "-n", OPERATOR_NAMESPACE, "-o", "json"])
+        .await;
+    serde_json::from_str(&out).expect("the Deployment as JSON")
+}
+
+/// What the kubelet would run for the Deployment's pod: its container args and env (the pod name
+/// resolved), and the ServiceAccount it runs as.
+fn pod_command(deployment: &serde_json::Value, cache_dir: &std::path::Path) -> (PodCommand, String) {
+    let pod = &deployment["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    let args: Vec<String> = serde_json::from_value(container["args"].clone()).expect("args");
+    let env = container["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            let name = e["name"].as_str().expect("env name").to_owned();
+            let value = match e["valueFrom"]["fieldRef"]["fieldPath"].as_str() {
+                Some("metadata.name") => "capstan-7d9f8-abcde".to_owned(),
+                Some(other) => panic!("the test kubelet cannot resolve {other}"),
+                None => e["value"].as_str().unwrap_or_default().to_owned(),
+            };
+            (name, value)
+        })
+        .collect();
+    let account = pod["serviceAccountName"].as_str().expect("a ServiceAccount").to_owned();
+    let command = PodCommand {
+        args,
+        env,
+        cache_dir: cache_dir.to_path_buf(),
+    };
+    (command, account)
+}
+
+/// `helm install` → every object exists, and `capstan run` started with the installed Deployment's
+/// exact args and env, authenticated as its ServiceAccount, leads and syncs an Application; `helm
+/// upgrade` with other values changes the Deployment, `helm rollback` restores it, `helm uninstall`
+/// removes everything but the CRDs and what the Applications deployed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helm_lifecycle_runs_the_operator_as_installed() {
+    let cluster = TestCluster::start();
+    let monitoring = workspace_root().join("e2e/fixtures/install/prometheus-operator-crds.yaml");
+    cluster
+        .kubectl_ok(&["apply", "-f", monitoring.to_str().expect("utf-8 path")])
+        .await;
+    cluster.kubectl_ok(&["create", "namespace", OPERATOR_NAMESPACE]).await;
+    let chart = workspace_root().join("charts/capstan").display().to_string();
+    let on = [
+        "--set=metrics.serviceMonitor.enabled=true",
+        "--set=metrics.rules.enabled=true",
+        "--set=dashboards.enabled=true",
+        "--set=webhook.enabled=true",
+        "--set=webhook.ingress.enabled=true",
+        "--set=webhook.ingress.host=capstan.example",
+    ];
+    let mut install = vec!["install", RELEASE, chart.as_str(), "-n", OPERATOR_NAMESPACE];
+    install.extend(on);
+    let out = helm_ok(&cluster, &install).await;
+    assert!(out.contains("STATUS: deployed"), "{out}");
+    let found = installed_objects(&cluster).await;
+    assert_eq!(found.len(), INSTALLED.len(), "{found:?}");
+    for crd in [
+        "applications",
+        "applicationsets",
+        "repositories",
+        "clusters",
+        "policysets",
+    ] {
+        let kept = cluster
+            .kubectl_ok(&[
+                "get",
+                "crd",
+                &format!("{crd}.capstan.dev"),
+                "-o",
+                "jsonpath={.metadata.annotations.helm\\.sh/resource-policy}",
+            ])
+            .await;
+        assert_eq!(kept, "keep", "{crd}");
+    }
+
+    // Play kubelet: the installed pod spec, a token of its ServiceAccount.
+    let installed = deployment(&cluster).await;
+    let cache = tempfile::tempdir().expect("tempdir");
+    let (pod, account) = pod_command(&installed, cache.path());
+    assert!(pod.args.iter().any(|a| a == "--leader-elect"), "{:?}", pod.args);
+    assert_known_flags(&pod.args).await;
+    let token = cluster.create_token(OPERATOR_NAMESPACE, &account);
+    let kubeconfig = cluster.dir().join("pod.kubeconfig");
+    std::fs::write(&kubeconfig, cluster.dev().kubeconfig_for_token(&account, &token)).expect("kubeconfig");
+    let options = OperatorOptions {
+        as_pod: Some(pod),
+        ..OperatorOptions::default()
+    };
+    let mut operator = Operator::start(&kubeconfig, options).await;
+    wait_until("the pod leads", TIMEOUT, POLL, || async {
+        operator.metrics().await.lines().any(|l| l == "capstan_leader 1")
+    })
+    .await;
+    let apps = cluster.with_namespace("apps").await;
+    let repo = GitRepo::start("install").await;
+    repo.write(
+        "app/settings.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {a: \"1\"}\n",
+    );
+    repo.commit("one ConfigMap").await;
+    let app = application(&apps, "settings", &repo.url(), "app", &apps, automated(true, false));
+    cluster.apply(&capstan_e2e::fixtures::to_yaml(&[app]), &[]).await;
+    let client = cluster.client().await;
+    wait_until("the Application is Synced and Healthy", APP_TIMEOUT, POLL, || async {
+        get_object(&client, &apps, "Application", "settings")
+            .await
+            .is_some_and(|a| synced_healthy(&a))
+    })
+    .await;
+    operator.terminate().await;
+
+    let mut upgrade = vec!["upgrade", RELEASE, chart.as_str(), "-n", OPERATOR_NAMESPACE];
+    upgrade.extend(on);
+    upgrade.extend(["--set=replicas=3", "--set=logFormat=text"]);
+    helm_ok(&cluster, &upgrade).await;
+    let upgraded = deployment(&cluster).await;
+    assert_eq!(upgraded["spec"]["replicas"], 3);
+    let args = upgraded["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+    assert!(args.contains("--log-format=text"), "{args}");
+
+    helm_ok(&cluster, &["rollback", RELEASE, "1", "-n", OPERATOR_NAMESPACE]).await;
+    let rolled_back = deployment(&cluster).await;
+    assert_eq!(rolled_back["spec"]["template"], installed["spec"]["template"]);
+    assert_eq!(rolled_back["spec"]["replicas"], installed["spec"]["replicas"]);
+
+    helm_ok(&cluster, &["uninstall", RELEASE, "-n", OPERATOR_NAMESPACE]).await;
+    let left = installed_objects(&cluster).await;
+    assert!(left.is_empty(), "left after uninstall: {left:?}");
+    cluster.kubectl_ok(&["get", "crd", "applications.capstan.dev"]).await;
+    cluster
+        .kubectl_ok(&["get", "application", "settings", "-n", &apps])
+        .await;
+    cluster.kubectl_ok(&["get", "configmap", "settings", "-n", &apps]).await;
+}
+
+/// `helm lint --strict` is clean, and a values file with a wrong type or an unknown top-level key is
+/// refused by the schema, naming the key.
+#[tokio::test]
+async fn chart_lints_strict_and_its_schema_names_bad_values() {
+    let cluster = TestCluster::start();
+    let chart = workspace_root().join("charts/capstan").display().to_string();
+    let lint = helm_ok(&cluster, &["lint", &chart, "--strict"]).await;
+    assert!(lint.contains("0 chart(s) failed"), "{lint}");
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (values, key) in [
+        ("replicas: two\n", "/replicas"),
+        ("metrics: {port: \"8080x\"}\n", "/metrics/port"),
+        ("cache: {medium: Disk}\n", "/cache/medium"),
+        ("leaderElection: {enabled: \"yes\"}\n", "/leaderElection/enabled"),
+        ("replica: 2\n", "'replica'"),
+    ] {
+        let file = dir.path().join("values.yaml");
+        std::fs::write(&file, values).expect("values");
+        let file = file.display().to_string();
+        let refused = helm(&cluster, &["template", RELEASE, &chart, "-f", &file])
+            .await
+            .expect_err(values);
+        assert!(refused.contains(key), "{values}: {refused}");
+        let refused = helm(&cluster, &["lint", &chart, "--strict", "-f", &file])
+            .await
+            .expect_err(values);
+        assert!(refused.contains(key), "{values}: {refused}");
+    }
+}
+
+/// Helm's own labels, which only the chart's rendering carries.
+const HELM_LABELS: [&str; 3] = [
+    "helm.sh/chart",
+    "app.kubernetes.io/managed-by",
+    "app.kubernetes.io/version",
+];
+
+/// Numbers as floats: kustomize writes a CRD's `minimum: 1.0` back as `1`, the same number.
+fn numbers_as_floats(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Number(n) => *v = serde_json::json!(n.as_f64()),
+        serde_json::Value::Array(items) => items.iter_mut().for_each(numbers_as_floats),
+        serde_json::Value::Object(map) => map.values_mut().for_each(numbers_as_floats),
+        _ => {}
+    }
+}
+
+/// Objects of a YAML stream by `kind namespace/name`, Helm's labels removed.
+fn by_identity(stream: &str) -> std::collections::BTreeMap<String, serde_json::Value> {
+    stream
+        .split("\n---")
+        .filter_map(|doc| serde_saphyr::from_str::<serde_json::Value>(doc).ok())
+        .filter(|v| v.is_object())
+        .map(|mut v| {
+            numbers_as_floats(&mut v);
+            if let Some(labels) = v["metadata"]["labels"].as_object_mut() {
+                for label in HELM_LABELS {
+                    labels.remove(label);
+                }
+            }
+            let id = format!(
+                "{} {}/{}",
+                v["kind"].as_str().unwrap_or_default(),
+                v["metadata"]["namespace"].as_str().unwrap_or_default(),
+                v["metadata"]["name"].as_str().unwrap_or_default()
+            );
+            (id, v)
+        })
+        .collect()
+}
+
+/// `kubectl kustomize config/default` builds the chart's default objects (CRDs, RBAC, Deployment,
+/// Service, PodDisruptionBudget) object by object, plus the namespace the chart leaves to Helm.
+#[tokio::test]
+async fn kustomize_default_builds_what_the_chart_renders_by_default() {
+    let root = workspace_root();
+    let chart = output(
+        Command::new(root.join("e2e/tools/helm"))
+            .args(["template", RELEASE])
+            .arg(root.join("charts/capstan"))
+            .args(["--namespace", OPERATOR_NAMESPACE, "--include-crds"]),
+        "helm template",
+    )
+    .await;
+    let cluster = TestCluster::start();
+    let config = root.join("config/default");
+    let kustomized = cluster
+        .kubectl_ok(&["kustomize", config.to_str().expect("utf-8 path")])
+        .await;
+    let chart = by_identity(&chart);
+    let mut kustomized = by_identity(&kustomized);
+    assert!(
+        kustomized.remove(&format!("Namespace /{OPERATOR_NAMESPACE}")).is_some(),
+        "config/default creates the namespace"
+    );
+    assert_eq!(
+        chart.keys().collect::<Vec<_>>(),
+        kustomized.keys().collect::<Vec<_>>(),
+        "the same objects"
+    );
+    for (id, object) in &chart {
+        assert_eq!(
+            Some(object),
+            kustomized.get(id),
+            "{id} differs between the chart and config/default"
+        );
+    }
+}
+
+/// The chart's alerts (`charts/capstan/files/alerts.yaml`, the PrometheusRule's spec) pass Prometheus's
+/// own checker and their unit tests: each fires on the series that should trigger it and stays silent
+/// on a healthy installation (e2e/fixtures/install/alerts_test.yaml).
+#[tokio::test]
+async fn alerts_pass_promtool_unit_tests() {
+    let root = workspace_root();
+    let check = output(
+        Command::new("promtool")
+            .args(["check", "rules"])
+            .arg(root.join("charts/capstan/files/alerts.yaml")),
+        "promtool check rules (Debian package prometheus; .ci/run installs it)",
+    )
+    .await;
+    assert!(check.contains("SUCCESS: 7 rules found"), "{check}");
+    let tests = output(
+        Command::new("promtool")
+            .args(["test", "rules"])
+            .arg(root.join("e2e/fixtures/install/alerts_test.yaml")),
+        "promtool test rules",
+    )
+    .await;
+    assert!(tests.contains("SUCCESS"), "{tests}");
 }

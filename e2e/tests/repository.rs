@@ -62,6 +62,7 @@ impl Env {
                 "--git-timeout".into(),
                 "5s".into(),
             ],
+            as_pod: None,
         };
         let kubeconfig = chart::kubeconfig_for(&cluster, chart::Identity::Operator).await;
         let operator = Operator::start(&kubeconfig, options).await;

@@ -36,14 +36,26 @@ pub const CATEGORIES: [&str; 2] = ["capstan", "gitops"];
 
 /// Every Capstan CRD, in a stable order (alphabetical by plural name).
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![
+    let mut crds = vec![
         Application::crd(),
         ApplicationSet::crd(),
         Cluster::crd(),
         PolicySet::crd(),
         Repository::crd(),
-    ]
+    ];
+    // Deleting a CRD deletes every object of its kind: no `helm uninstall`, and no Capstan cascade
+    // (which honours this annotation), may take the Applications with it.
+    for crd in &mut crds {
+        crd.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(RESOURCE_POLICY.into(), "keep".into());
+    }
+    crds
 }
+
+/// Helm's annotation that keeps an object when its release is uninstalled.
+pub const RESOURCE_POLICY: &str = "helm.sh/resource-policy";
 
 /// A reference to an object by name, in the namespace of the referring object.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
