@@ -2,7 +2,7 @@
 CARGO ?= cargo
 NEXTEST := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 
-.PHONY: help build test crds check-crds lint fmt e2e demo bench
+.PHONY: help build test crds check-crds lint fmt e2e demo bench image
 
 help: ## list the verbs
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -51,3 +51,14 @@ bench: ## benchmarks, release profile (figures go to docs/benchmarks.md)
 demo: ## the whole GitOps loop on the embedded devcluster, live (DEMO_ONESHOT=1: exit once Synced and Healthy)
 	$(CARGO) build --workspace --bins
 	DEMO_ONESHOT="$(DEMO_ONESHOT)" $(or $(CARGO_TARGET_DIR),target)/debug/capstan-demo
+
+IMAGE ?= ghcr.io/capstan/capstan:$(shell sed -n 's/^appVersion: "\(.*\)"/\1/p' charts/capstan/Chart.yaml)
+CONTAINER_ENGINE ?= $(shell command -v docker 2>/dev/null || command -v podman 2>/dev/null)
+
+image: ## build the container image (Dockerfile) with docker or podman; IMAGE=name:tag to choose the tag
+ifeq ($(CONTAINER_ENGINE),)
+	@echo "make image: neither docker nor podman is installed; install one of them (nothing was built)" >&2
+	@exit 1
+else
+	$(CONTAINER_ENGINE) build --build-arg CAPSTAN_REVISION=$$(git rev-parse --short HEAD 2>/dev/null || echo unknown) -t $(IMAGE) .
+endif
