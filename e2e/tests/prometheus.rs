@@ -5,6 +5,7 @@
 
 use std::{collections::BTreeSet, net::SocketAddr, path::Path, time::Duration};
 
+use capstan::metrics::APP_INFO_LABELS;
 use capstan_e2e::capstan::{application, automated, free_port, http_get, synced_healthy, workspace_root, AppEnv};
 use capstan_e2e::process::BackgroundProcess;
 use capstan_e2e::{wait_for, POLL};
@@ -106,22 +107,28 @@ fn label<'a>(series: &'a Value, name: &str) -> &'a str {
     series["metric"][name].as_str().unwrap_or("")
 }
 
-/// An operator syncing the guestbook (git fetches, a sync, reconciles), scraped by Prometheus.
-async fn scraped_operator() -> (AppEnv, Prometheus) {
-    let env = AppEnv::start("prom").await;
+/// An operator that has synced the guestbook (git fetches, a sync, reconciles) from its test repository.
+async fn guestbook_synced(prefix: &str) -> AppEnv {
+    let env = AppEnv::start(prefix).await;
     env.repo.copy_fixture("guestbook", "guestbook");
     env.repo.commit("guestbook").await;
-    let (ns, url) = (env.ns.clone(), env.repo.url());
+    let (ns, url) = (env.ns.as_str(), env.repo.url());
     env.apply(&[application(
-        &ns,
+        ns,
         "guestbook",
         &url,
         "guestbook",
-        &ns,
+        ns,
         automated(true, false),
     )])
     .await;
     env.wait_app("guestbook", "synced and healthy", synced_healthy).await;
+    env
+}
+
+/// The synced guestbook's operator, scraped by Prometheus.
+async fn scraped_operator() -> (AppEnv, Prometheus) {
+    let env = guestbook_synced("prom").await;
     let prometheus = Prometheus::start(env.operator.metrics_addr()).await;
     (env, prometheus)
 }
@@ -142,15 +149,7 @@ async fn prometheus_scrapes_the_documented_series_and_evaluates_the_dashboard_an
             &format!("capstan_app_info{{namespace=\"{ns}\",name=\"guestbook\"}}"),
         )
         .await;
-    for l in [
-        "project",
-        "repo",
-        "dest_server",
-        "dest_namespace",
-        "sync_status",
-        "health_status",
-        "autosync_enabled",
-    ] {
+    for l in &APP_INFO_LABELS[2..] {
         assert!(!label(&info[0], l).is_empty(), "capstan_app_info lacks {l}: {info:?}");
     }
     assert!(
@@ -303,19 +302,7 @@ fn alert_expressions() -> Vec<(String, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_answer_while_the_api_server_fails_every_request() {
-    let env = AppEnv::start("prom-outage").await;
-    env.repo.copy_fixture("guestbook", "guestbook");
-    env.repo.commit("guestbook").await;
-    env.apply(&[application(
-        &env.ns,
-        "guestbook",
-        &env.repo.url(),
-        "guestbook",
-        &env.ns,
-        automated(true, false),
-    )])
-    .await;
-    env.wait_app("guestbook", "synced and healthy", synced_healthy).await;
+    let env = guestbook_synced("prom-outage").await;
 
     // The outage: every request answers 503 and the open watches break, so the operator's clients retry.
     env.cluster.dev().inject_faults(Fault {
