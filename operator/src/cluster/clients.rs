@@ -86,7 +86,7 @@ pub struct ClusterHandle {
     timeouts: ClusterTimeouts,
     /// The configuration the request client was built from, for impersonating clients.
     config: Config,
-    counter: Option<IntCounterVec>,
+    counter: Option<KubeRequestLayer>,
     /// `Some(user)` for an impersonating handle.
     identity: Option<String>,
     /// Impersonating handles by user name, bounded (see [`MAX_IMPERSONATED`]).
