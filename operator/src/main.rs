@@ -170,45 +170,23 @@ async fn operate(args: RunArgs) -> anyhow::Result<()> {
     let identity = leader::identity("capstan");
     let election = args.election(&selected, &identity)?;
     let git_timeout = args.git_timeout;
-    let settings = Settings {
-        namespace: args.namespace,
-        reconcile_interval: args.reconcile_interval,
-        git_timeout,
-        app_concurrency: args.app_concurrency,
-        sync_timeout: Some(args.sync_timeout).filter(|t| !t.is_zero()),
-        default_service_account: valid_service_account(&args.default_service_account)?,
-        wave_delay: parse_duration(&args.sync_wave_delay).map_err(|e| anyhow::anyhow!("--sync-wave-delay: {e}"))?,
-        ..Settings::default()
-    };
+    let settings = run_settings(&args)?;
     let registry = prometheus::Registry::new();
     let metrics = Metrics::register(&registry)?;
     let reporter_metrics = selected
         .contains(ControllerName::Reporter)
         .then(|| capstan::reporter::ReporterMetrics::register(&registry))
         .transpose()?;
-    let mut config = kube::Config::infer()
-        .await
-        .context("no Kubernetes configuration (KUBECONFIG or in-cluster)")?;
-    // Names this replica in API server audit and request logs (which holder wrote what).
-    let agent = format!("capstan/{} ({identity})", env!("CARGO_PKG_VERSION"));
-    config.headers.push((
-        axum::http::header::USER_AGENT,
-        axum::http::HeaderValue::from_str(&agent).context("user agent")?,
-    ));
+    let config = kube_config(&identity).await?;
     // Under election every write waits for the Lease; without it the fence stays open.
-    let fence = if election.is_some() {
-        WriteFence::closed()
-    } else {
-        WriteFence::open()
-    };
+    let fence = election
+        .as_ref()
+        .map_or_else(WriteFence::open, |_| WriteFence::closed());
     let requests = KubeRequestLayer::new(metrics.kube_requests.clone()).with_fence(fence.clone());
     let clusters = capstan::cluster::ClusterClients::counted(config.clone(), &settings.namespace, requests.clone())
         .map_err(|e| anyhow::anyhow!("cluster clients: {e}"))?;
     let client = controllers::context::fenced_client(config, requests)?;
-    let cache_dir = args
-        .cache_dir
-        .unwrap_or_else(|| std::env::temp_dir().join("capstan-git"));
-    let git = git_source(cache_dir, git_timeout);
+    let git = git_source(args.cache_dir, git_timeout);
     let ctx = Arc::new(
         Context::new(client.clone(), settings, Arc::new(git), metrics.clone())
             .with_clusters(Arc::new(clusters))
@@ -244,16 +222,8 @@ async fn operate(args: RunArgs) -> anyhow::Result<()> {
 
     let reporter =
         reporter_metrics.map(|m| tokio::spawn(capstan::reporter::run(Arc::clone(&ctx), m, shutdown.clone())));
-    let mut result = controllers::run(ctx, &selected, shutdown.clone()).await;
-    if let Some(reporter) = reporter {
-        // Only the reporter selected: wait for it (it stops on the shutdown signal).
-        let stopped = reporter
-            .await
-            .unwrap_or_else(|e| Err(anyhow::anyhow!("reporter task panicked: {e}")));
-        if result.is_ok() {
-            result = stopped;
-        }
-    }
+    let result = controllers::run(ctx, &selected, shutdown.clone()).await;
+    let result = join_reporter(result, reporter).await;
     shutdown.trigger();
     if let Some(election) = election {
         // Hand the Lease over at once rather than after it expires.
@@ -270,9 +240,53 @@ async fn operate(args: RunArgs) -> anyhow::Result<()> {
     result
 }
 
-/// The Git source: clones cached under `cache_dir`; every operation bounded by `--git-timeout`, and
-/// connecting and each read by at most 10 s and 15 s of it.
-fn git_source(cache_dir: PathBuf, git_timeout: Duration) -> Git2Source {
+/// The controllers' settings from `capstan run`'s flags (names the flag a bad value came from).
+fn run_settings(args: &RunArgs) -> anyhow::Result<Settings> {
+    Ok(Settings {
+        namespace: args.namespace.clone(),
+        reconcile_interval: args.reconcile_interval,
+        git_timeout: args.git_timeout,
+        app_concurrency: args.app_concurrency,
+        sync_timeout: Some(args.sync_timeout).filter(|t| !t.is_zero()),
+        default_service_account: valid_service_account(&args.default_service_account)?,
+        wave_delay: parse_duration(&args.sync_wave_delay).map_err(|e| anyhow::anyhow!("--sync-wave-delay: {e}"))?,
+        ..Settings::default()
+    })
+}
+
+/// The inferred Kubernetes configuration, with a User-Agent naming this replica in API server
+/// audit and request logs (which holder wrote what).
+async fn kube_config(identity: &str) -> anyhow::Result<kube::Config> {
+    let mut config = kube::Config::infer()
+        .await
+        .context("no Kubernetes configuration (KUBECONFIG or in-cluster)")?;
+    let agent = format!("capstan/{} ({identity})", env!("CARGO_PKG_VERSION"));
+    config.headers.push((
+        axum::http::header::USER_AGENT,
+        axum::http::HeaderValue::from_str(&agent).context("user agent")?,
+    ));
+    Ok(config)
+}
+
+/// Waits for the reporter task when one runs (it stops on the shutdown signal); the controllers'
+/// error wins over the reporter's.
+async fn join_reporter(
+    result: anyhow::Result<()>,
+    reporter: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+) -> anyhow::Result<()> {
+    let Some(reporter) = reporter else {
+        return result;
+    };
+    let stopped = reporter
+        .await
+        .unwrap_or_else(|e| Err(anyhow::anyhow!("reporter task panicked: {e}")));
+    result.and(stopped)
+}
+
+/// The Git source: clones cached under `cache_dir` (default: the temporary directory's `capstan-git`);
+/// every operation bounded by `--git-timeout`, and connecting and each read by at most 10 s and 15 s of it.
+fn git_source(cache_dir: Option<PathBuf>, git_timeout: Duration) -> Git2Source {
+    let cache_dir = cache_dir.unwrap_or_else(|| std::env::temp_dir().join("capstan-git"));
     Git2Source::new(
         cache_dir,
         GitConfig {
