@@ -409,6 +409,9 @@ async fn helm_lifecycle_runs_the_operator_as_installed() {
     })
     .await;
     let apps = cluster.with_namespace("apps").await;
+    // A tenant namespace: its Applications write as its `capstan-deployer`, which the installed operator
+    // impersonates with the chart's rule.
+    cluster.apply(&capstan_e2e::capstan::admin_deployer(&apps), &[]).await;
     let repo = GitRepo::start("install").await;
     repo.write(
         "app/settings.yaml",
