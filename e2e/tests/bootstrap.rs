@@ -90,10 +90,12 @@ async fn run_deployment(cluster: &TestCluster) -> Operator {
         .and_then(Value::as_array)
         .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
         .unwrap_or_default();
-    // `run` and the flags the harness sets itself (namespace, metrics address) are left out.
+    // `run`, the flags the harness sets itself (namespace, metrics address, log format) and the pod's
+    // emptyDir cache path (the harness's default cache lives in a temporary directory) are left out.
+    const LOCAL: [&str; 4] = ["--namespace", "--metrics-addr", "--log-format", "--cache-dir"];
     let extra = args
         .into_iter()
-        .filter(|a| a != "run" && !a.starts_with("--namespace") && !a.starts_with("--metrics-addr"))
+        .filter(|a| a != "run" && !LOCAL.iter().any(|flag| a.starts_with(flag)))
         .collect();
     let options = OperatorOptions {
         controllers: "application,cluster,repository".into(),

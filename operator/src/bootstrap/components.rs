@@ -123,7 +123,7 @@ fn build(dir: &str, depth: usize) -> Result<Vec<Value>, BootstrapError> {
 /// kustomize's output order (its legacy kind order: namespaces and CRDs first, workloads last),
 /// stable within a kind.
 fn kind_rank(kind: &str) -> usize {
-    const ORDER: [&str; 12] = [
+    const ORDER: [&str; 22] = [
         "Namespace",
         "ResourceQuota",
         "StorageClass",
@@ -136,6 +136,16 @@ fn kind_rank(kind: &str) -> usize {
         "ClusterRoleBinding",
         "ConfigMap",
         "Secret",
+        "Endpoints",
+        "Service",
+        "LimitRange",
+        "PriorityClass",
+        "PersistentVolume",
+        "PersistentVolumeClaim",
+        "Deployment",
+        "StatefulSet",
+        "CronJob",
+        "PodDisruptionBudget",
     ];
     const LAST: [&str; 4] = [
         "MutatingWebhookConfiguration",
