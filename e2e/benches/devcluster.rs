@@ -322,7 +322,29 @@ async fn bench_account(dc: &devcluster::DevCluster, ns: &str) -> anyhow::Result<
             "subjects": [{"kind": "ServiceAccount", "name": "bench", "namespace": ns}]}),
     )
     .await?;
-    dc.create_token(ns, "bench", 3600)
+    let token = dc.create_token(ns, "bench", 3600)?;
+    wait_for_rights(dc, ns, &token).await?;
+    Ok(token)
+}
+
+/// The `edit` role is filled by devcluster's aggregation controller, as kube's is, so a binding to it can
+/// take effect a moment after it was written: wait (bounded) until the token may create ConfigMaps, checked
+/// with a dry-run create, before anything is measured.
+async fn wait_for_rights(dc: &devcluster::DevCluster, ns: &str, token: &str) -> anyhow::Result<()> {
+    let client = client_from(&dc.kubeconfig_for_token("bench", token)).await?;
+    let api: Api<ConfigMap> = Api::namespaced(client, ns);
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match api.create(&dry_run, &cm(0)).await {
+            Ok(_) => return Ok(()),
+            Err(e) if Instant::now() >= deadline => return Err(e.into()),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
 }
 
 async fn create_namespace(client: &Client, ns: &str) -> anyhow::Result<()> {
