@@ -600,7 +600,8 @@ fn dechunk(mut body: &str) -> String {
 // Objects
 
 /// The API resource for the kinds these tests touch (`ConfigMap`, `Deployment`, `Service`, `Job`,
-/// `Pod`, `Secret`, `Namespace`, `Event` (events.k8s.io), `Application`, `Cluster`, `Repository`).
+/// `Pod`, `Secret`, `Namespace`, `Event` (events.k8s.io), `Application`, `ApplicationSet`, `Cluster`,
+/// `Repository`, `PolicySet`).
 pub fn resource(kind: &str) -> ApiResource {
     let (group, version, plural) = match kind {
         "ConfigMap" => ("", "v1", "configmaps"),
@@ -614,6 +615,7 @@ pub fn resource(kind: &str) -> ApiResource {
         "Job" => ("batch", "v1", "jobs"),
         "Event" => ("events.k8s.io", "v1", "events"),
         "Application" => ("capstan.dev", "v1alpha1", "applications"),
+        "ApplicationSet" => ("capstan.dev", "v1alpha1", "applicationsets"),
         "Cluster" => ("capstan.dev", "v1alpha1", "clusters"),
         "Repository" => ("capstan.dev", "v1alpha1", "repositories"),
         "PolicySet" => ("capstan.dev", "v1alpha1", "policysets"),

@@ -4,12 +4,16 @@
 //! allowed path syncs; every write made for a tenant carries the impersonation header of the right
 //! ServiceAccount and no group header (counted in devcluster's request log).
 
-use capstan_e2e::capstan::{application, automated, condition, summarize_app, text, AppEnv, OperatorOptions};
+use capstan_e2e::capstan::{
+    application, automated, condition, condition_true, events_about, get_object, list_names, summarize_app, text,
+    AppEnv, OperatorOptions, APP_TIMEOUT, IN_CLUSTER, OPERATOR_NAMESPACE,
+};
+use capstan_e2e::chart;
 use devcluster::RequestRecord;
 use serde_json::{json, Value};
 
-/// The deploying ServiceAccount of a team: `capstan-deployer` with a Role on ConfigMaps, Roles and
-/// RoleBindings of `ns` only (what a platform team grants a team; no cluster-wide right).
+/// The deploying ServiceAccount of a team: `capstan-deployer` with a Role on ConfigMaps, Roles,
+/// RoleBindings, Jobs, Services and Deployments of `ns` only (what a platform team grants a team; no cluster-wide right).
 fn team_rbac(ns: &str) -> String {
     format!(
         r#"apiVersion: v1
@@ -25,6 +29,15 @@ rules:
     verbs: ["*"]
   - apiGroups: ["rbac.authorization.k8s.io"]
     resources: ["roles", "rolebindings"]
+    verbs: ["*"]
+  - apiGroups: ["batch"]
+    resources: ["jobs"]
+    verbs: ["*"]
+  - apiGroups: [""]
+    resources: ["services"]
+    verbs: ["*"]
+  - apiGroups: ["apps"]
+    resources: ["deployments"]
     verbs: ["*"]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
@@ -108,6 +121,67 @@ fn content_writes(records: &[RequestRecord]) -> Vec<&RequestRecord> {
         .collect()
 }
 
+/// A team's environment: the operator with `options`, and the team namespace with its deployer
+/// ([`team_rbac`]).
+async fn team(prefix: &str, options: OperatorOptions) -> AppEnv {
+    let env = AppEnv::start_tenant(prefix, options).await;
+    env.cluster.apply(&team_rbac(&env.ns), &[]).await;
+    env
+}
+
+/// A ConfigMap manifest (in the destination namespace unless `ns` is given).
+fn configmap(name: &str, ns: Option<&str>) -> String {
+    let ns = ns.map(|n| format!(", namespace: {n}")).unwrap_or_default();
+    format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}{ns}}}\ndata: {{a: b}}\n")
+}
+
+/// Waits until the Application `name` carries condition `type_` with `reason`; returns it.
+async fn wait_condition(env: &AppEnv, name: &str, type_: &str, reason: &str) -> Value {
+    let app = env
+        .wait_app(name, &format!("condition {type_}/{reason}"), |a| {
+            condition(a, type_).is_some_and(|c| text(c, "/reason") == reason)
+        })
+        .await;
+    condition(&app, type_).cloned().unwrap_or_default()
+}
+
+/// Asserts that nothing `app` reports (conditions, operation, events) mentions any of `secrets`.
+async fn assert_no_hint(env: &AppEnv, app: &str, secrets: &[&str]) {
+    let mut said = reported(&env.app(app).await);
+    for (_, reason, note) in events_about(&env.client().await, &env.ns, "Application", app).await {
+        said.push_str(&format!("\n{reason}: {note}"));
+    }
+    for secret in secrets {
+        assert!(!said.contains(secret), "{secret:?} is hinted at:\n{said}");
+    }
+}
+
+/// A Secret in the operator namespace with `data`, and the shared `kind` (Repository or Cluster) `name`
+/// there using it, with `spec` and a `sourceNamespaces` that lists only `shop-*`.
+fn shared_with_secret(kind: &str, name: &str, (secret, data): (&str, Value), mut spec: Value) -> [Value; 2] {
+    spec["secretRef"] = json!({"name": secret});
+    spec["sourceNamespaces"] = json!(["shop-*"]);
+    [
+        json!({"apiVersion": "v1", "kind": "Secret",
+               "metadata": {"name": secret, "namespace": OPERATOR_NAMESPACE}, "stringData": data}),
+        json!({"apiVersion": "capstan.dev/v1alpha1", "kind": kind,
+               "metadata": {"name": name, "namespace": OPERATOR_NAMESPACE}, "spec": spec}),
+    ]
+}
+
+/// The Application `app` is refused the use of a shared object (`ComparisonError` / `NotPermitted`
+/// naming its namespace), nothing it reports hints at `hidden` nor at the allow-list, and its ConfigMap
+/// `absent` was not deployed.
+async fn assert_not_permitted(env: &AppEnv, app: &str, hidden: &[&str], absent: &str) {
+    let denied = wait_condition(env, app, "ComparisonError", "NotPermitted").await;
+    assert!(
+        text(&denied, "/message").contains(&env.ns),
+        "names the namespace: {denied}"
+    );
+    assert_no_hint(env, app, &[hidden, &["shop-*"]].concat()).await;
+    kubectl_absent(env, &["get", "configmap", absent, "-n", &env.ns]).await;
+}
+
 async fn kubectl_absent(env: &AppEnv, args: &[&str]) {
     let out = env.cluster.kubectl(args).await;
     assert!(
@@ -118,9 +192,8 @@ async fn kubectl_absent(env: &AppEnv, args: &[&str]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tenant_writes_are_impersonated_and_escapes_fail() {
-    let env = AppEnv::start_tenant("team", OperatorOptions::default()).await;
+    let env = team("team", OperatorOptions::default()).await;
     let other = env.cluster.with_namespace("other").await;
-    env.cluster.apply(&team_rbac(&env.ns), &[]).await;
     env.repo.write("escape/crb.yaml", CLUSTER_ADMIN_BINDING);
     env.repo.write("allowed/rbac.yaml", OWN_ROLE_BINDING);
     env.repo.write(
@@ -239,4 +312,298 @@ async fn missing_or_invalid_service_accounts_stop_the_sync() {
         .await;
     }
     kubectl_absent(&env, &["get", "configmap", "settings", "-n", &env.ns]).await;
+}
+
+/// A shared Repository in the operator namespace serves only the namespaces it lists: a tenant
+/// Application of another namespace gets `ComparisonError` / `NotPermitted`, nothing is fetched with the
+/// Repository's credentials nor deployed, and nothing it reports names the Repository, its Secret or the
+/// Secret's content.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_repository_not_listing_the_namespace_is_not_permitted() {
+    let env = team("borrow", OperatorOptions::default()).await;
+    env.repo.write("app/cm.yaml", &configmap("from-shared", None));
+    env.repo.commit("the platform's manifests").await;
+    env.apply(&shared_with_secret(
+        "Repository",
+        "platform-repo",
+        (
+            "platform-creds",
+            json!({"username": "platform", "password": "canary-8f2e"}),
+        ),
+        json!({"url": env.repo.url()}),
+    ))
+    .await;
+    env.create_app("borrower", "app", automated(true, false)).await;
+
+    assert_not_permitted(
+        &env,
+        "borrower",
+        &["platform-repo", "platform-creds", "canary-8f2e"],
+        "from-shared",
+    )
+    .await;
+}
+
+/// A shared Cluster in the operator namespace serves only the namespaces it lists (`NotPermitted`,
+/// nothing deployed); once its `sourceNamespaces` lists the team by a glob, the same Application syncs
+/// through it (writing as the team's ServiceAccount).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_cluster_serves_only_the_namespaces_it_lists() {
+    let env = team("clusteruse", OperatorOptions::default()).await;
+    env.repo.write("app/cm.yaml", &configmap("via-shared", None));
+    env.repo.commit("a configmap").await;
+    let token = chart::token_for(&env.cluster, chart::Identity::Operator).await;
+    env.apply(&shared_with_secret(
+        "Cluster",
+        "shared",
+        (
+            "shared-cluster-token",
+            json!({"bearerToken": token, "caCert": env.cluster.dev().ca_pem()}),
+        ),
+        json!({"server": env.cluster.url()}),
+    ))
+    .await;
+    let mut app = application(
+        &env.ns,
+        "remote",
+        &env.repo.url(),
+        "app",
+        &env.ns,
+        automated(true, false),
+    );
+    app["spec"]["destination"] = json!({"name": "shared", "namespace": env.ns});
+    env.apply(&[app]).await;
+
+    let url = env.cluster.url();
+    assert_not_permitted(&env, "remote", &["shared-cluster-token", &token, &url], "via-shared").await;
+
+    let listed = json!({"spec": {"sourceNamespaces": ["shop-*", "clusteruse-*"]}}).to_string();
+    env.cluster
+        .kubectl_ok(&[
+            "patch",
+            "clusters.capstan.dev",
+            "shared",
+            "-n",
+            OPERATOR_NAMESPACE,
+            "--type",
+            "merge",
+            "-p",
+            &listed,
+        ])
+        .await;
+    env.wait_synced_healthy("remote").await;
+    env.must_get("ConfigMap", "via-shared").await;
+}
+
+/// An ApplicationSet of a team whose template names `metadata.namespace: capstan-system` is refused as a
+/// whole with a condition on the ApplicationSet; no Application is created anywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_applicationset_cannot_create_applications_in_the_operator_namespace() {
+    let options = OperatorOptions {
+        controllers: "application,applicationset,cluster,repository".into(),
+        ..OperatorOptions::default()
+    };
+    let env = team("setescape", options).await;
+    env.repo.write("app/cm.yaml", &configmap("generated", None));
+    env.repo.commit("a configmap").await;
+    let set = json!({
+        "apiVersion": "capstan.dev/v1alpha1", "kind": "ApplicationSet",
+        "metadata": {"name": "escape", "namespace": env.ns},
+        "spec": {
+            "generators": [{"list": {"elements": [{"name": "one"}]}}],
+            "template": {
+                "metadata": {"name": "escaped-{{name}}", "namespace": OPERATOR_NAMESPACE},
+                "spec": {
+                    "project": "default",
+                    "source": {"repoURL": env.repo.url(), "targetRevision": "HEAD", "path": "app"},
+                    "destination": {"server": IN_CLUSTER, "namespace": env.ns},
+                },
+            },
+        },
+    });
+    env.apply(&[set]).await;
+    let client = env.client().await;
+    let refused = env
+        .eventually(
+            "the ApplicationSet reports the refused namespace",
+            APP_TIMEOUT,
+            || async {
+                let set = get_object(&client, &env.ns, "ApplicationSet", "escape")
+                    .await
+                    .unwrap_or_default();
+                match condition(&set, "ErrorOccurred") {
+                    Some(c) if condition_true(&set, "ErrorOccurred") => Ok(c.clone()),
+                    _ => Err(set["status"].to_string()),
+                }
+            },
+        )
+        .await;
+    assert!(
+        text(&refused, "/message").contains(OPERATOR_NAMESPACE),
+        "the condition names the namespace: {refused}"
+    );
+    for ns in [OPERATOR_NAMESPACE, env.ns.as_str()] {
+        let apps = list_names(&client, ns, "Application").await;
+        assert!(apps.is_empty(), "no Application is created in {ns}: {apps:?}");
+    }
+    kubectl_absent(&env, &["get", "configmap", "generated", "-n", &env.ns]).await;
+}
+
+/// A PreSync hook Job aimed at another team's namespace: the hook's creation is Forbidden for the team's
+/// ServiceAccount (the message names the verb, the resource and the ServiceAccount), the sync fails
+/// before its Sync phase (the ConfigMap is not applied) and no Job exists in the other namespace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hook_job_in_another_namespace_is_forbidden() {
+    let env = team("hookescape", OperatorOptions::default()).await;
+    let other = env.cluster.with_namespace("other").await;
+    env.repo.write("app/cm.yaml", &configmap("after-hook", None));
+    env.repo.write(
+        "app/hook.yaml",
+        &format!(
+            "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: sneak\n  namespace: {other}\n  annotations:\n    \
+             argocd.argoproj.io/hook: PreSync\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n      \
+             containers: [{{name: c, image: busybox, command: [\"true\"]}}]\n"
+        ),
+    );
+    env.repo.commit("a hook in another namespace").await;
+    env.create_app("hooked", "app", automated(true, false)).await;
+
+    let sa = format!("system:serviceaccount:{}:capstan-deployer", env.ns);
+    let app = env
+        .wait_app("hooked", "the hook failed as Forbidden for the ServiceAccount", |a| {
+            let r = reported(a);
+            r.contains("forbidden") && r.contains(&sa) && r.contains("\"jobs\"")
+        })
+        .await;
+    let said = reported(&app);
+    assert!(
+        said.contains("cannot create") || said.contains("cannot patch"),
+        "names the verb: {said}"
+    );
+    assert!(said.contains(&other), "names the namespace: {said}");
+    assert!(
+        condition(&app, "SyncError").is_some()
+            || matches!(text(&app, "/status/operationState/phase"), "Failed" | "Error"),
+        "a clear failure is reported: {}",
+        summarize_app(&app)
+    );
+    kubectl_absent(&env, &["get", "job", "sneak", "-n", &other]).await;
+    kubectl_absent(&env, &["get", "configmap", "after-hook", "-n", &env.ns]).await;
+}
+
+/// Creates the Application `name` of `path` with the cascade finalizer and waits until it is Synced and
+/// Healthy; returns the `capstan.dev/app-instance` label its objects carry (read from `object`).
+async fn synced_with_cascade(env: &AppEnv, name: &str, path: &str, object: &str) -> String {
+    let mut app = application(&env.ns, name, &env.repo.url(), path, &env.ns, automated(false, false));
+    app["metadata"]["finalizers"] = json!(["capstan.dev/resources"]);
+    env.apply(&[app]).await;
+    env.wait_synced_healthy(name).await;
+    let obj = env.must_get("ConfigMap", object).await;
+    text(&obj, "/metadata/labels/capstan.dev~1app-instance").to_string()
+}
+
+/// Waits until an event about Application `name` has `reason`; returns its note.
+async fn wait_event(env: &AppEnv, name: &str, reason: &str) -> String {
+    let client = env.client().await;
+    env.eventually(&format!("an event {reason} about {name}"), APP_TIMEOUT, || async {
+        let events = events_about(&client, &env.ns, "Application", name).await;
+        events
+            .iter()
+            .find(|(_, r, _)| r == reason)
+            .map(|(_, _, note)| note.clone())
+            .ok_or_else(|| format!("{events:?}"))
+    })
+    .await
+}
+
+/// Cascade deletion never deletes what the Application did not create. Another team plants, in its own
+/// namespace, an object carrying Capstan's marks forged to name the tenant's Application (as Git content
+/// could carry them); a bystander in the tenant's namespace carries a copied label only. Deleting the
+/// Application with the cascade finalizer deletes its own object; the forged one is deleted (if at all)
+/// as the tenant's ServiceAccount, which the API server refuses, so it stays and the failure is reported;
+/// the bystander is not considered tracked and stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cascade_deletion_leaves_objects_the_application_never_created() {
+    let env = team("forged", OperatorOptions::default()).await;
+    let other = env.cluster.with_namespace("other").await;
+    env.repo.write("app/cm.yaml", &configmap("mine", None));
+    env.repo.commit("one configmap").await;
+    let instance = synced_with_cascade(&env, "owner", "app", "mine").await;
+
+    let forged = |name: &str, ns: &str, tracking: String| {
+        json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": ns,
+                         "labels": {"capstan.dev/app-instance": instance},
+                         "annotations": {"capstan.dev/tracking-id": tracking}},
+            "data": {"owner": "someone else"},
+        })
+    };
+    env.apply(&[
+        forged(
+            "planted",
+            &other,
+            format!("{}/owner:/ConfigMap:{other}/planted", env.ns),
+        ),
+        forged(
+            "bystander",
+            &env.ns,
+            format!("{}/someone-else:/ConfigMap:{}/bystander", env.ns, env.ns),
+        ),
+    ])
+    .await;
+    env.wait_app("owner", "the forged object is seen as the Application's", |a| {
+        a.pointer("/status/resources")
+            .and_then(Value::as_array)
+            .is_some_and(|r| r.iter().any(|r| text(r, "/name") == "planted"))
+    })
+    .await;
+
+    env.cluster
+        .kubectl_ok(&["delete", "capp", "owner", "-n", &env.ns, "--wait=false"])
+        .await;
+    env.wait_object("ConfigMap", "mine", "is deleted with its Application", |o| o.is_none())
+        .await;
+    let sa = format!("system:serviceaccount:{}:capstan-deployer", env.ns);
+    let failed = env
+        .wait_app("owner", "the refused deletion is reported", |a| {
+            condition(a, "DeletionError").is_some_and(|c| text(c, "/message").contains(&sa))
+        })
+        .await;
+    assert!(
+        text(condition(&failed, "DeletionError").unwrap_or(&Value::Null), "/message").contains("planted"),
+        "the condition names the object: {}",
+        summarize_app(&failed)
+    );
+    env.cluster
+        .kubectl_ok(&["get", "configmap", "planted", "-n", &other])
+        .await;
+    env.cluster
+        .kubectl_ok(&["get", "configmap", "bystander", "-n", &env.ns])
+        .await;
+}
+
+/// The team's ServiceAccount is deleted before its Application is deleted with the cascade finalizer:
+/// nothing is deleted (never with the operator's rights), the finalizer is released (the Application
+/// goes away) and a `ServiceAccountGone` event lists what was left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gone_service_account_releases_the_application_and_leaves_its_objects() {
+    let env = team("sagone", OperatorOptions::default()).await;
+    env.repo.write("app/cm.yaml", &configmap("kept", None));
+    env.repo.commit("one configmap").await;
+    synced_with_cascade(&env, "leaving", "app", "kept").await;
+
+    env.cluster
+        .kubectl_ok(&["delete", "serviceaccount", "capstan-deployer", "-n", &env.ns])
+        .await;
+    env.cluster
+        .kubectl_ok(&["delete", "capp", "leaving", "-n", &env.ns, "--wait=false"])
+        .await;
+    env.wait_app_gone("leaving").await;
+    env.must_get("ConfigMap", "kept").await;
+    let note = wait_event(&env, "leaving", "ServiceAccountGone").await;
+    assert!(
+        note.contains(&format!("ConfigMap/{}/kept", env.ns)) && note.contains("capstan-deployer"),
+        "the event names the ServiceAccount and what is left: {note}"
+    );
 }
