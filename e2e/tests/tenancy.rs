@@ -311,6 +311,22 @@ async fn missing_or_invalid_service_accounts_stop_the_sync() {
         })
         .await;
     }
+    // A requested (manual) sync without its ServiceAccount fails instead of staying pending.
+    let mut asked = application(&env.ns, "asked", &env.repo.url(), "app", &env.ns, json!({}));
+    asked["spec"]["destination"]["serviceAccountName"] = json!("ghost");
+    env.apply(&[asked]).await;
+    env.sync("asked", json!({})).await;
+    let failed = env
+        .wait_app("asked", "the requested sync failed and was cleared", |a| {
+            a.get("operation").is_none_or(Value::is_null) && text(a, "/status/operationState/phase") == "Error"
+        })
+        .await;
+    let message = text(&failed, "/status/operationState/message");
+    assert!(
+        message.contains(&format!("{}/ghost", env.ns)) && message.contains("not found"),
+        "the operation says why: {}",
+        summarize_app(&failed)
+    );
     kubectl_absent(&env, &["get", "configmap", "settings", "-n", &env.ns]).await;
 }
 

@@ -437,8 +437,12 @@ impl<'a> Pipeline<'a> {
         let (result, written) = match self.run_step(dest, &args).await? {
             Ok(step) => step,
             Err(p) => {
-                self.found.sync_error = Some(p);
-                self.found.requeue_within(ERROR_REQUEUE);
+                // A requested operation (`operation`, a manual sync) or one already running fails: left
+                // pending it would wait for the ServiceAccount forever. An automated sync not yet started
+                // only reports `SyncError` and is tried again at the next reconcile.
+                let ended = (self.app.operation.is_some() || state.is_some())
+                    .then(|| sync::without_writer(&args, &p.message, Timestamp::now()));
+                self.no_writer(ended, state.as_ref(), &synced.revision, p);
                 return Ok(());
             }
         };
@@ -461,6 +465,16 @@ impl<'a> Pipeline<'a> {
             self.compare_after_sync(&observed.view, &synced.objects, &synced.revision, &result.applied);
         }
         Ok(())
+    }
+
+    /// No writer could be had for a step (see [`identity::writer`]); nothing was written. `ended` is the
+    /// operation that ends for it, if one does.
+    fn no_writer(&mut self, ended: Option<StepResult>, state: Option<&OperationState>, revision: &str, p: Problem) {
+        if let Some(result) = ended {
+            self.after_step(&result, state, revision);
+        }
+        self.found.sync_error = Some(p);
+        self.found.requeue_within(ERROR_REQUEUE);
     }
 
     /// The commit and objects `op` syncs: the comparison's when it syncs the same source at the same

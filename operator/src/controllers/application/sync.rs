@@ -15,10 +15,13 @@ use std::time::Duration;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
 
-use crate::api::application::{Operation, OperationPhase, OperationState, SyncPolicy, SyncStep};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::api::application::{Operation, OperationPhase, OperationState, SyncOperationResult, SyncPolicy, SyncStep};
 use crate::cluster::ClusterHandle;
 use crate::controllers::Error;
 use crate::engine::plan::{self, LiveObject, PlanContext, PlanState, ScopeLookup, Step, StepInput, StepOutput};
+use crate::text::truncate;
 
 use super::compare::LiveView;
 use super::executor::{self, Owner};
@@ -247,6 +250,41 @@ pub fn refresh_retry(failed: &OperationState, latest: &str, now: Timestamp) -> O
         crate::text::short_sha(latest)
     ));
     Some(next)
+}
+
+/// The end of an operation that cannot have a writer (its ServiceAccount is missing or not a valid name,
+/// or looking it up failed; see `identity::writer`): `Error` with `why`, nothing (more) applied or pruned.
+/// Left waiting instead, a requested operation would stay pending, unexplained in `operationState`, until
+/// someone created the ServiceAccount.
+pub fn without_writer(args: &StepArgs<'_>, why: &str, now: Timestamp) -> StepResult {
+    let mut state = args.state.cloned().unwrap_or_else(|| OperationState {
+        operation: args.operation.clone(),
+        sync_result: Some(SyncOperationResult {
+            revision: args.revision.to_string(),
+            source: args.operation.sync.as_ref().and_then(|s| s.source.clone()),
+            resources: Vec::new(),
+        }),
+        started_at: Some(Time(now)),
+        ..OperationState::default()
+    });
+    let message = truncate(
+        &format!("{why}; nothing (more) was applied or pruned"),
+        plan::MAX_MESSAGE_CHARS,
+    );
+    state.phase = OperationPhase::Error;
+    state.message = Some(message.clone());
+    state.finished_at = Some(Time(now));
+    state.step = None;
+    StepResult {
+        state,
+        step: Step::Done {
+            phase: OperationPhase::Error,
+            message,
+            record_history: false,
+            actions: Default::default(),
+        },
+        applied: Vec::new(),
+    }
 }
 
 /// Whether an operation state is finished.

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::PostParams;
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::Api;
 
 use super::{reconcile, State};
@@ -15,7 +15,7 @@ use crate::api::application::{
     SyncStatusCode,
 };
 use crate::api::Application;
-use crate::controllers::testsupport::{auto, Env, SyncPolicyExt};
+use crate::controllers::testsupport::{auto, manual, Env, SyncPolicyExt};
 use crate::controllers::{Context, Settings};
 
 /// The context of these tests: waves 200 ms apart.
@@ -342,4 +342,44 @@ async fn reconciling_a_synced_application_again_writes_nothing() {
         .map(|r| format!("{} {}?{}", r.method, r.path, r.query))
         .collect();
     assert!(writes.is_empty(), "the second reconcile wrote: {writes:#?}");
+}
+
+/// A requested sync (`operation`) whose ServiceAccount does not exist fails — `Error`, naming the
+/// ServiceAccount — and the request is cleared, instead of staying pending until the ServiceAccount
+/// appears; `SyncError` says the same and nothing is applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_requested_sync_without_its_service_account_fails_instead_of_pending() {
+    let env = Env::start().await;
+    env.commit(&[("app/a.yaml", &cm("alpha", ""))]);
+    let apps = create_app(&env, "ghostly", "app", manual()).await;
+    let request = serde_json::json!({
+        "spec": {"destination": {"serviceAccountName": "ghost"}},
+        "operation": {"initiatedBy": {"username": "test"}, "sync": {}},
+    });
+    apps.patch("ghostly", &PatchParams::default(), &Patch::Merge(&request))
+        .await
+        .expect("the sync is requested");
+    let ctx = context(&env);
+    let (state, _rx) = State::new();
+    let app = drive(&apps, "ghostly", &ctx, &state, Duration::from_secs(60), |a| {
+        a.operation.is_none() && a.status.as_ref().and_then(|s| s.operation_state.as_ref()).is_some()
+    })
+    .await;
+    let status = app.status.expect("status");
+    let op = status.operation_state.expect("the operation's state");
+    assert_eq!(op.phase, OperationPhase::Error, "{op:?}");
+    let message = op.message.unwrap_or_default();
+    assert!(
+        message.contains("apps/ghost") && message.contains("not found"),
+        "{message}"
+    );
+    assert!(op.finished_at.is_some());
+    let sync_error = status.conditions.iter().find(|c| c.type_ == "SyncError");
+    assert!(
+        sync_error.is_some_and(|c| c.reason == "ServiceAccountNotFound"),
+        "{:?}",
+        status.conditions
+    );
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), "apps");
+    assert!(cms.get_opt("alpha").await.expect("get").is_none(), "nothing applied");
 }
