@@ -106,6 +106,7 @@ pub async fn writer(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controllers::application::status::ProblemKind;
 
     const OP: &str = "capstan-system";
 
@@ -151,5 +152,81 @@ mod tests {
             assert_eq!(refused.reason, REASON_INVALID_SA, "{bad:?}");
         }
         assert!(identity("team-a", OP, None, "bad:name").is_err());
+    }
+
+    /// The `serviceAccountName` schema of the generated Application CRD: (`minLength`, `maxLength`, the
+    /// regular expression of its CEL rule).
+    fn crd_rule() -> (usize, usize, String) {
+        let crd = crate::api::crds()
+            .into_iter()
+            .find(|c| c.spec.names.kind == "Application")
+            .expect("the Application CRD");
+        let schema = serde_json::to_value(&crd.spec.versions[0].schema).expect("serialises");
+        let node = &schema["openAPIV3Schema"]["properties"]["spec"]["properties"]["destination"]["properties"]
+            ["serviceAccountName"];
+        let rule = node["x-kubernetes-validations"][0]["rule"]
+            .as_str()
+            .expect("a CEL rule");
+        assert_eq!(
+            rule,
+            format!("self.matches('{}')", crate::api::tenancy::SERVICE_ACCOUNT_NAME_REGEX),
+            "the CRD's rule is the controller's pattern"
+        );
+        let regex = rule
+            .strip_prefix("self.matches('")
+            .and_then(|r| r.strip_suffix("')"))
+            .expect("a matches() rule");
+        let len = |k: &str| node[k].as_u64().expect("a length bound") as usize;
+        (len("minLength"), len("maxLength"), regex.to_string())
+    }
+
+    /// The CEL rule cannot run on devcluster (no CEL), so the generated CRD's rule text is checked here and
+    /// evaluated (its regular expression and length bounds) against the controller's own check on a table of
+    /// names: both accept or both refuse (the controller with `InvalidSpec` / `InvalidServiceAccountName`).
+    /// DNS-1123 *subdomains* with dots are refused by both on purpose: a label is what a ServiceAccount uses.
+    #[test]
+    fn the_crd_rule_and_the_controller_agree() {
+        let (min, max, regex) = crd_rule();
+        let re = regex::Regex::new(&regex).expect("the CRD's regex compiles");
+        let crd_accepts = |name: &str| (min..=max).contains(&name.len()) && re.is_match(name);
+        let long_ok = "a".repeat(63);
+        let too_long = "a".repeat(64);
+        let table: &[(&str, bool)] = &[
+            ("a", true),
+            ("capstan-deployer", true),
+            ("0deployer9", true),
+            ("a-b-c", true),
+            (&long_ok, true),
+            ("", false),
+            (&too_long, false),
+            ("Deployer", false),
+            ("-deployer", false),
+            ("deployer-", false),
+            ("web.deployer", false),
+            ("a..b", false),
+            ("team-b:admin", false),
+            ("system:serviceaccount:kube-system:default", false),
+            ("a/b", false),
+            ("a_b", false),
+            (" a", false),
+            ("déployeur", false),
+        ];
+        for (name, valid) in table {
+            assert_eq!(crd_accepts(name), *valid, "CRD on {name:?}");
+            match identity("team-a", OP, Some(name), "capstan-deployer") {
+                Ok(found) => {
+                    assert!(*valid, "controller accepted {name:?}");
+                    assert_eq!(found, sa("team-a", name));
+                }
+                Err(p) => {
+                    assert!(!*valid, "controller refused {name:?}: {}", p.message);
+                    assert_eq!(
+                        (p.reason, p.kind),
+                        (REASON_INVALID_SA, ProblemKind::InvalidSpec),
+                        "{name:?}"
+                    );
+                }
+            }
+        }
     }
 }
