@@ -6,7 +6,7 @@
 
 use capstan_e2e::capstan::{
     application, automated, condition, condition_true, events_about, get_object, list_names, summarize_app, text,
-    AppEnv, OperatorOptions, APP_TIMEOUT, IN_CLUSTER, OPERATOR_NAMESPACE,
+    workspace_root, AppEnv, OperatorOptions, APP_TIMEOUT, IN_CLUSTER, OPERATOR_NAMESPACE,
 };
 use capstan_e2e::chart;
 use devcluster::RequestRecord;
@@ -622,4 +622,83 @@ async fn a_gone_service_account_releases_the_application_and_leaves_its_objects(
         note.contains(&format!("ConfigMap/{}/kept", env.ns)) && note.contains("capstan-deployer"),
         "the event names the ServiceAccount and what is left: {note}"
     );
+}
+
+/// The PolicySet of docs/multi-tenancy.md (step 3), read from the guide itself, for namespace `ns`.
+fn guide_policy_set(ns: &str) -> String {
+    let guide = std::fs::read_to_string(workspace_root().join("docs/multi-tenancy.md")).expect("the guide");
+    let step = &guide[guide.find("## 3. A PolicySet").expect("step 3 of the guide")..];
+    let start = step.find("```yaml\n").expect("a YAML block in step 3") + "```yaml\n".len();
+    let block = &step[start..];
+    let yaml = &block[..block.find("```").expect("the end of the block")];
+    assert!(yaml.contains("namespace: team-a"), "the example is for team-a:\n{yaml}");
+    yaml.replace("namespace: team-a", &format!("namespace: {ns}"))
+}
+
+/// The team PolicySet of the guide, applied as written: an Application with a LoadBalancer Service and an
+/// image from another registry is `PolicyDenied` with both messages and nothing is applied; one that
+/// complies (ClusterIP, the company's registry) syncs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_team_policy_set_of_the_guide_denies() {
+    let options = OperatorOptions {
+        controllers: "application,cluster,repository,policyset".into(),
+        ..OperatorOptions::default()
+    };
+    let env = team("teampolicy", options).await;
+    env.cluster.apply(&guide_policy_set(&env.ns), &[]).await;
+    env.eventually("the guide's PolicySet compiles (Ready)", APP_TIMEOUT, || async {
+        match env.get("PolicySet", "team-rules").await {
+            Some(p) if condition_true(&p, "Ready") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let workload = |service_type: &str, image: &str| {
+        format!(
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: web}}\nspec:\n  type: {service_type}\n  selector: {{app: web}}\n  \
+             ports: [{{port: 80}}]\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web}}\nspec:\n  \
+             replicas: 1\n  selector: {{matchLabels: {{app: web}}}}\n  template:\n    metadata: {{labels: {{app: web}}}}\n    \
+             spec:\n      containers: [{{name: web, image: {image}}}]\n"
+        )
+    };
+    env.repo.write(
+        "public/web.yaml",
+        &workload("LoadBalancer", "docker.io/library/nginx:1.27"),
+    );
+    env.repo.write(
+        "internal/web.yaml",
+        &workload("ClusterIP", "registry.example.com/web:1.0"),
+    );
+    env.repo.commit("two ways to ship web").await;
+    env.create_app("public", "public", automated(true, false)).await;
+
+    let app = env
+        .wait_app("public", "PolicyDenied", |a| condition(a, "PolicyDenied").is_some())
+        .await;
+    let denied = condition(&app, "PolicyDenied").cloned().unwrap_or_default();
+    let message = text(&denied, "/message");
+    for expected in [
+        "[no-load-balancers] Service web: type LoadBalancer is not allowed",
+        "[registry] Deployment web: image docker.io/library/nginx:1.27 is not from registry.example.com",
+    ] {
+        assert!(message.contains(expected), "{expected:?} in {denied}");
+    }
+    kubectl_absent(&env, &["get", "service", "web", "-n", &env.ns]).await;
+    kubectl_absent(&env, &["get", "deployment", "web", "-n", &env.ns]).await;
+
+    env.apply(&[application(
+        &env.ns,
+        "internal",
+        &env.repo.url(),
+        "internal",
+        &env.ns,
+        automated(true, false),
+    )])
+    .await;
+    // Same names in the same namespace: the compliant Application owns them once the denied one is gone.
+    env.cluster
+        .kubectl_ok(&["delete", "capp", "public", "-n", &env.ns])
+        .await;
+    env.wait_synced_healthy("internal").await;
+    env.must_get("Service", "web").await;
 }
