@@ -344,6 +344,27 @@ fn pod_command(deployment: &serde_json::Value, cache_dir: &std::path::Path) -> (
     (command, account)
 }
 
+/// Plays kubelet for the installed Deployment: `capstan run` with its pod's exact args and env,
+/// authenticated with a token of its ServiceAccount; returns once it leads.
+async fn run_as_installed(cluster: &TestCluster, installed: &serde_json::Value, cache: &std::path::Path) -> Operator {
+    let (pod, account) = pod_command(installed, cache);
+    assert!(pod.args.iter().any(|a| a == "--leader-elect"), "{:?}", pod.args);
+    assert_known_flags(&pod.args).await;
+    let token = cluster.create_token(OPERATOR_NAMESPACE, &account);
+    let kubeconfig = cluster.dir().join("pod.kubeconfig");
+    std::fs::write(&kubeconfig, cluster.dev().kubeconfig_for_token(&account, &token)).expect("kubeconfig");
+    let options = OperatorOptions {
+        as_pod: Some(pod),
+        ..OperatorOptions::default()
+    };
+    let operator = Operator::start(&kubeconfig, options).await;
+    wait_until("the pod leads", TIMEOUT, POLL, || async {
+        operator.metrics().await.lines().any(|l| l == "capstan_leader 1")
+    })
+    .await;
+    operator
+}
+
 /// `helm install` → every object exists, and `capstan run` started with the installed Deployment's
 /// exact args and env, authenticated as its ServiceAccount, leads and syncs an Application; `helm
 /// upgrade` with other values changes the Deployment, `helm rollback` restores it, `helm uninstall`
@@ -390,24 +411,9 @@ async fn helm_lifecycle_runs_the_operator_as_installed() {
         assert_eq!(kept, "keep", "{crd}");
     }
 
-    // Play kubelet: the installed pod spec, a token of its ServiceAccount.
     let installed = deployment(&cluster).await;
     let cache = tempfile::tempdir().expect("tempdir");
-    let (pod, account) = pod_command(&installed, cache.path());
-    assert!(pod.args.iter().any(|a| a == "--leader-elect"), "{:?}", pod.args);
-    assert_known_flags(&pod.args).await;
-    let token = cluster.create_token(OPERATOR_NAMESPACE, &account);
-    let kubeconfig = cluster.dir().join("pod.kubeconfig");
-    std::fs::write(&kubeconfig, cluster.dev().kubeconfig_for_token(&account, &token)).expect("kubeconfig");
-    let options = OperatorOptions {
-        as_pod: Some(pod),
-        ..OperatorOptions::default()
-    };
-    let mut operator = Operator::start(&kubeconfig, options).await;
-    wait_until("the pod leads", TIMEOUT, POLL, || async {
-        operator.metrics().await.lines().any(|l| l == "capstan_leader 1")
-    })
-    .await;
+    let mut operator = run_as_installed(&cluster, &installed, cache.path()).await;
     let apps = cluster.with_namespace("apps").await;
     // A tenant namespace: its Applications write as its `capstan-deployer`, which the installed operator
     // impersonates with the chart's rule.
@@ -584,4 +590,210 @@ async fn alerts_pass_promtool_unit_tests() {
     )
     .await;
     assert!(tests.contains("SUCCESS"), "{tests}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// A namespaced install: Roles in the watched namespaces only, and an operator that stays inside them.
+
+/// Whether a request of the operator stays inside `watched`: a namespaced path in one of them, discovery
+/// (`/api`, `/apis/<group>[/<version>]`, `/version`, `/openapi/...`), or the SelfSubjectAccessReview that
+/// checks the Lease rights at start (a question about the operator itself, allowed to every user).
+fn inside(path: &str, watched: &[&str]) -> bool {
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let namespaced = match segments.as_slice() {
+        ["api", _, "namespaces", ns, _, ..] | ["apis", _, _, "namespaces", ns, _, ..] => Some(*ns),
+        _ => None,
+    };
+    if let Some(ns) = namespaced {
+        return watched.contains(&ns);
+    }
+    matches!(
+        segments.as_slice(),
+        ["api"]
+            | ["api", _]
+            | ["apis"]
+            | ["apis", _]
+            | ["apis", _, _]
+            | ["version"]
+            | ["openapi", ..]
+            | ["apis", "authorization.k8s.io", _, "selfsubjectaccessreviews"]
+    )
+}
+
+/// `rbac.scope=namespace, watchNamespaces=[team-a]`: no ClusterRole or ClusterRoleBinding for the
+/// operator; the installed operator (its pod's args, its token) starts without any cluster-wide right,
+/// syncs an Application in team-a, refuses a team-a Application deploying to team-b with a clear
+/// error, leaves an Application in team-b alone, and sends no request outside its namespaces.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helm_namespaced_install_stays_in_its_namespaces() {
+    let cluster = TestCluster::start();
+    for ns in [OPERATOR_NAMESPACE, "team-a", "team-b"] {
+        cluster.kubectl_ok(&["create", "namespace", ns]).await;
+    }
+    let chart = workspace_root().join("charts/capstan").display().to_string();
+    let install = [
+        "install",
+        RELEASE,
+        chart.as_str(),
+        "-n",
+        OPERATOR_NAMESPACE,
+        "--set=rbac.scope=namespace",
+        "--set-json=watchNamespaces=[\"team-a\"]",
+    ];
+    let out = helm_ok(&cluster, &install).await;
+    assert!(out.contains("STATUS: deployed"), "{out}");
+    for (kind, name) in [
+        ("clusterrole", RELEASE),
+        ("clusterrolebinding", RELEASE),
+        ("clusterrole", "capstan-deploy"),
+        ("clusterrolebinding", "capstan-deploy"),
+    ] {
+        let found = cluster
+            .kubectl_ok(&["get", kind, name, "--ignore-not-found", "-o", "name"])
+            .await;
+        assert!(found.trim().is_empty(), "a namespaced install made {found}");
+    }
+    for ns in [OPERATOR_NAMESPACE, "team-a"] {
+        cluster.kubectl_ok(&["get", "role", RELEASE, "-n", ns]).await;
+        cluster.kubectl_ok(&["get", "rolebinding", RELEASE, "-n", ns]).await;
+    }
+    let none = cluster
+        .kubectl_ok(&["get", "role,rolebinding", "-n", "team-b", "-o", "name"])
+        .await;
+    assert!(none.trim().is_empty(), "{none}");
+
+    let installed = deployment(&cluster).await;
+    let args = installed["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+    assert!(args.contains("--watch-namespaces=team-a,capstan-system"), "{args}");
+    cluster.dev().clear_request_log();
+    let cache = tempfile::tempdir().expect("tempdir");
+    let mut operator = run_as_installed(&cluster, &installed, cache.path()).await;
+
+    for ns in ["team-a", "team-b"] {
+        cluster.apply(&capstan_e2e::capstan::admin_deployer(ns), &[]).await;
+    }
+    let repo = GitRepo::start("namespaced").await;
+    repo.write(
+        "app/settings.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {a: \"1\"}\n",
+    );
+    repo.commit("one ConfigMap").await;
+    let apps = [
+        application(
+            "team-b",
+            "ignored",
+            &repo.url(),
+            "app",
+            "team-b",
+            automated(true, false),
+        ),
+        application(
+            "team-a",
+            "outside",
+            &repo.url(),
+            "app",
+            "team-b",
+            automated(true, false),
+        ),
+        application(
+            "team-a",
+            "settings",
+            &repo.url(),
+            "app",
+            "team-a",
+            automated(true, false),
+        ),
+    ];
+    cluster.apply(&capstan_e2e::fixtures::to_yaml(&apps), &[]).await;
+    let client = cluster.client().await;
+    wait_until(
+        "team-a's Application is Synced and Healthy",
+        APP_TIMEOUT,
+        POLL,
+        || async {
+            get_object(&client, "team-a", "Application", "settings")
+                .await
+                .is_some_and(|a| synced_healthy(&a))
+        },
+    )
+    .await;
+    wait_until(
+        "the Application deploying outside is refused",
+        APP_TIMEOUT,
+        POLL,
+        || async {
+            get_object(&client, "team-a", "Application", "outside")
+                .await
+                .is_some_and(|a| {
+                    a["status"]["conditions"].as_array().into_iter().flatten().any(|c| {
+                        c["message"].as_str().is_some_and(|m| {
+                            m.contains("namespace \"team-b\" is not watched by this namespaced installation")
+                        })
+                    })
+                })
+        },
+    )
+    .await;
+    let ignored = get_object(&client, "team-b", "Application", "ignored")
+        .await
+        .expect("team-b's Application");
+    assert!(ignored.get("status").is_none_or(|s| s.is_null()), "{ignored}");
+    cluster
+        .kubectl_ok(&["get", "configmap", "settings", "-n", "team-a"])
+        .await;
+    let stray = cluster
+        .kubectl_ok(&[
+            "get",
+            "configmap",
+            "settings",
+            "-n",
+            "team-b",
+            "--ignore-not-found",
+            "-o",
+            "name",
+        ])
+        .await;
+    assert!(stray.trim().is_empty(), "{stray}");
+    operator.terminate().await;
+
+    let user = format!("system:serviceaccount:{OPERATOR_NAMESPACE}:{RELEASE}");
+    let log = cluster.requests();
+    let outside: Vec<_> = log
+        .iter()
+        .filter(|r| r.user == user && !inside(&r.path, &["team-a", OPERATOR_NAMESPACE]))
+        .cloned()
+        .collect();
+    assert!(
+        log.iter().any(|r| r.user == user),
+        "the operator's requests are in the log"
+    );
+    assert!(
+        outside.is_empty(),
+        "requests outside the watched namespaces:\n{}",
+        capstan_e2e::requests::format_log(&outside)
+    );
+}
+
+#[test]
+fn inside_the_watched_namespaces() {
+    let watched = ["team-a"];
+    for ok in [
+        "/api/v1/namespaces/team-a/configmaps",
+        "/apis/capstan.dev/v1alpha1/namespaces/team-a/applications/x/status",
+        "/api",
+        "/apis/apps/v1",
+        "/version",
+        "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+    ] {
+        assert!(inside(ok, &watched), "{ok}");
+    }
+    for outside in [
+        "/api/v1/namespaces/team-b/configmaps",
+        "/api/v1/configmaps",
+        "/api/v1/namespaces/team-a",
+        "/apis/capstan.dev/v1alpha1/applications",
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+    ] {
+        assert!(!inside(outside, &watched), "{outside}");
+    }
 }

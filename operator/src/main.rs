@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use capstan::cluster::requests::{KubeRequestLayer, WriteFence};
+use capstan::cluster::{ClusterClients, WatchScope};
 use capstan::controllers::leader::{self, LeaseSettings};
 use capstan::controllers::{self, parse_duration, Context, ControllerName, ControllerSet, Settings, Shutdown};
 use capstan::source::git::{Git2Source, GitConfig};
@@ -46,6 +47,10 @@ struct RunArgs {
     /// The operator namespace: shared Repositories and Clusters, settings, webhook Secret.
     #[arg(long, env = "CAPSTAN_NAMESPACE", default_value = "capstan-system")]
     namespace: String,
+    /// Watch and deploy only in these namespaces (comma-separated) and the operator namespace: a
+    /// namespaced install, whose RBAC is Roles in those namespaces. Empty: the whole cluster.
+    #[arg(long, value_delimiter = ',')]
+    watch_namespaces: Vec<String>,
     /// Controllers to run (comma-separated: repository, cluster, policyset, application,
     /// applicationset, reporter); default all but `reporter`.
     #[arg(long, value_delimiter = ',')]
@@ -171,6 +176,13 @@ async fn operate(args: RunArgs) -> anyhow::Result<()> {
     let election = args.election(&selected, &identity)?;
     let git_timeout = args.git_timeout;
     let settings = run_settings(&args)?;
+    if let Some(namespaces) = settings.watch.namespaces() {
+        tracing::info!(
+            namespaces = settings.watch.describe(),
+            "namespaced: watching {} namespaces only",
+            namespaces.len()
+        );
+    }
     let registry = prometheus::Registry::new();
     let metrics = Metrics::register(&registry)?;
     let reporter_metrics = selected
@@ -183,8 +195,13 @@ async fn operate(args: RunArgs) -> anyhow::Result<()> {
         .as_ref()
         .map_or_else(WriteFence::open, |_| WriteFence::closed());
     let requests = KubeRequestLayer::new(metrics.kube_requests.clone()).with_fence(fence.clone());
-    let clusters = capstan::cluster::ClusterClients::counted(config.clone(), &settings.namespace, requests.clone())
-        .map_err(|e| anyhow::anyhow!("cluster clients: {e}"))?;
+    let clusters = ClusterClients::counted_in(
+        config.clone(),
+        &settings.namespace,
+        requests.clone(),
+        settings.watch.clone(),
+    )
+    .map_err(|e| anyhow::anyhow!("cluster clients: {e}"))?;
     let client = controllers::context::fenced_client(config, requests)?;
     let git = git_source(args.cache_dir, git_timeout);
     let ctx = Arc::new(
@@ -250,6 +267,8 @@ fn run_settings(args: &RunArgs) -> anyhow::Result<Settings> {
         sync_timeout: Some(args.sync_timeout).filter(|t| !t.is_zero()),
         default_service_account: valid_service_account(&args.default_service_account)?,
         wave_delay: parse_duration(&args.sync_wave_delay).map_err(|e| anyhow::anyhow!("--sync-wave-delay: {e}"))?,
+        watch: WatchScope::parse(&args.watch_namespaces, &args.namespace)
+            .map_err(|e| anyhow::anyhow!("--watch-namespaces: {e}"))?,
         ..Settings::default()
     })
 }

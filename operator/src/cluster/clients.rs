@@ -30,6 +30,7 @@ use serde_json::{json, Value};
 use super::discovery::DiscoveryCache;
 use super::live::LiveCache;
 use super::requests::KubeRequestLayer;
+use super::scope::WatchScope;
 use super::{ClusterError, IN_CLUSTER_NAME, IN_CLUSTER_SERVER};
 use crate::api::application::ApplicationDestination;
 use crate::api::tenancy::source_namespace_allowed;
@@ -158,10 +159,22 @@ impl ClusterHandle {
         timeouts: ClusterTimeouts,
         counter: Option<&KubeRequestLayer>,
     ) -> Result<Arc<ClusterHandle>, ClusterError> {
+        Self::from_config_in(name, server, config, timeouts, counter, WatchScope::Cluster)
+    }
+
+    /// As [`ClusterHandle::from_config`], the live cache watching only where `scope` says.
+    pub fn from_config_in(
+        name: &str,
+        server: &str,
+        config: Config,
+        timeouts: ClusterTimeouts,
+        counter: Option<&KubeRequestLayer>,
+        scope: WatchScope,
+    ) -> Result<Arc<ClusterHandle>, ClusterError> {
         let client = build_client(request_config(config.clone(), &timeouts), name, counter)?;
         let watch_client = build_client(watch_config(config.clone(), &timeouts), name, counter)?;
         let discovery = Arc::new(DiscoveryCache::new(client.clone()));
-        let live = LiveCache::new(watch_client, discovery.clone());
+        let live = LiveCache::scoped(watch_client, discovery.clone(), scope);
         Ok(Arc::new(ClusterHandle {
             name: name.to_string(),
             server: server.to_string(),
@@ -240,7 +253,8 @@ impl ClusterHandle {
 #[derive(Clone, Debug)]
 pub struct ResolvedDestination {
     pub cluster: Arc<ClusterHandle>,
-    /// `spec.namespaces` of the Cluster; empty allows all (always empty for the operator's own cluster).
+    /// `spec.namespaces` of the Cluster, or the watched namespaces of a namespaced install for the
+    /// operator's own cluster; empty allows all.
     pub allowed_namespaces: Vec<String>,
     /// `(namespace, name)` of the Cluster object; `None` for the operator's own cluster.
     pub cluster_ref: Option<(String, String)>,
@@ -251,6 +265,19 @@ impl ResolvedDestination {
     pub fn check_namespace(&self, namespace: &str) -> Result<(), ClusterError> {
         if namespace_allowed(&self.allowed_namespaces, namespace) {
             return Ok(());
+        }
+        if self.cluster_ref.is_none() {
+            // The operator's own cluster with a list: a namespaced install, whose RBAC and watches end
+            // at its namespaces, so anything else would be a request it is forbidden to make.
+            let what = if namespace.is_empty() {
+                "cluster-scoped objects cannot be deployed".to_string()
+            } else {
+                format!("namespace {namespace:?} is not watched")
+            };
+            return Err(ClusterError::NamespaceNotAllowed(format!(
+                "{what} by this namespaced installation (--watch-namespaces: {})",
+                self.allowed_namespaces.join(", ")
+            )));
         }
         let what = if namespace.is_empty() {
             "cluster-scoped objects are not allowed".to_string()
@@ -288,6 +315,9 @@ struct Cached {
 /// Resolves Application destinations to cluster connections, caching them.
 pub struct ClusterClients {
     local: Arc<ClusterHandle>,
+    /// The watched namespaces of a namespaced install (empty: cluster-wide): the allow-list of the
+    /// operator's own cluster.
+    local_namespaces: Vec<String>,
     operator_namespace: String,
     timeouts: ClusterTimeouts,
     /// `capstan_kube_requests_total` and the write fence, for every handle built here.
@@ -307,14 +337,51 @@ impl ClusterClients {
         Self::with_timeouts(local, operator_namespace, ClusterTimeouts::default(), Some(counter))
     }
 
+    /// As [`ClusterClients::counted`] for an installation watching only where `scope` says: the operator's
+    /// own cluster is watched there only, and Applications may deploy there only.
+    pub fn counted_in(
+        local: Config,
+        operator_namespace: &str,
+        counter: KubeRequestLayer,
+        scope: WatchScope,
+    ) -> Result<Self, ClusterError> {
+        Self::build(
+            local,
+            operator_namespace,
+            ClusterTimeouts::default(),
+            Some(counter),
+            scope,
+        )
+    }
+
     pub fn with_timeouts(
         local: Config,
         operator_namespace: &str,
         timeouts: ClusterTimeouts,
         counter: Option<KubeRequestLayer>,
     ) -> Result<Self, ClusterError> {
+        Self::build(local, operator_namespace, timeouts, counter, WatchScope::Cluster)
+    }
+
+    fn build(
+        local: Config,
+        operator_namespace: &str,
+        timeouts: ClusterTimeouts,
+        counter: Option<KubeRequestLayer>,
+        scope: WatchScope,
+    ) -> Result<Self, ClusterError> {
+        let local_namespaces = scope.namespaces().into_iter().flatten().cloned().collect();
+        let local = ClusterHandle::from_config_in(
+            IN_CLUSTER_NAME,
+            IN_CLUSTER_SERVER,
+            local,
+            timeouts,
+            counter.as_ref(),
+            scope,
+        )?;
         Ok(ClusterClients {
-            local: ClusterHandle::from_config(IN_CLUSTER_NAME, IN_CLUSTER_SERVER, local, timeouts, counter.as_ref())?,
+            local,
+            local_namespaces,
             operator_namespace: operator_namespace.to_string(),
             timeouts,
             counter,
@@ -342,7 +409,7 @@ impl ClusterClients {
         let Some(cluster) = cluster else {
             return Ok(ResolvedDestination {
                 cluster: self.local.clone(),
-                allowed_namespaces: Vec::new(),
+                allowed_namespaces: self.local_namespaces.clone(),
                 cluster_ref: None,
             });
         };

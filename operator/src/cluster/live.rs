@@ -37,6 +37,7 @@ use tokio::task::JoinHandle;
 
 use super::discovery::{display_gvk, DiscoveryCache};
 use super::ops::dynamic_to_value;
+use super::scope::{self, WatchScope};
 use super::{ClusterError, FIELD_MANAGER};
 use crate::api::labels::APP_INSTANCE_LABEL;
 use crate::engine::diff::normalize::LAST_APPLIED;
@@ -89,6 +90,8 @@ pub struct LiveCache {
 struct Inner {
     client: Client,
     discovery: Arc<DiscoveryCache>,
+    /// Where the watches look (a namespaced install watches its namespaces only).
+    scope: WatchScope,
     shared: Arc<Shared>,
     tasks: Mutex<HashMap<GroupVersionKind, JoinHandle<()>>>,
     generation: AtomicU64,
@@ -113,12 +116,19 @@ struct Shared {
 impl LiveCache {
     /// A cache whose watches use `client` (no read timeout) and resolve kinds through `discovery`.
     pub fn new(client: Client, discovery: Arc<DiscoveryCache>) -> Self {
+        Self::scoped(client, discovery, WatchScope::Cluster)
+    }
+
+    /// As [`LiveCache::new`], watching only where `scope` says; cluster-scoped kinds are refused in a
+    /// namespaced scope (the watch would be a cluster-wide request).
+    pub fn scoped(client: Client, discovery: Arc<DiscoveryCache>, scope: WatchScope) -> Self {
         let (changes, _) = broadcast::channel(CHANGE_CHANNEL_CAPACITY);
         let (sync_epoch, _) = watch::channel(0);
         LiveCache {
             inner: Arc::new(Inner {
                 client,
                 discovery,
+                scope,
                 shared: Arc::new(Shared {
                     state: RwLock::new(State::default()),
                     changes,
@@ -144,6 +154,13 @@ impl LiveCache {
                 display_gvk(gvk)
             )));
         }
+        if !kind.namespaced && self.inner.scope != WatchScope::Cluster {
+            return Err(ClusterError::NamespaceNotAllowed(format!(
+                "{} is cluster-scoped: a namespaced installation (--watch-namespaces: {}) cannot watch it",
+                display_gvk(gvk),
+                self.inner.scope.describe()
+            )));
+        }
         let mut tasks = self.inner.tasks.lock().unwrap_or_else(|e| e.into_inner());
         if tasks.contains_key(gvk) {
             drop(tasks);
@@ -152,12 +169,17 @@ impl LiveCache {
         }
         let generation = self.inner.generation.fetch_add(1, Ordering::Relaxed) + 1;
         self.inner.shared.write().start(gvk, generation);
-        let api: Api<DynamicObject> = Api::all_with(self.inner.client.clone(), &kind.resource);
+        let (client, resource) = (&self.inner.client, &kind.resource);
+        let config = watcher::Config::default().labels(APP_INSTANCE_LABEL);
+        let stream = scope::watch_in(&self.inner.scope, config, |ns| match ns {
+            Some(ns) => Api::<DynamicObject>::namespaced_with(client.clone(), ns, resource),
+            None => Api::all_with(client.clone(), resource),
+        });
         let task = tokio::spawn(run_watch(
             self.inner.shared.clone(),
             gvk.clone(),
             generation,
-            api,
+            stream,
             kind.resource.clone(),
         ));
         tasks.insert(gvk.clone(), task);
@@ -293,11 +315,10 @@ async fn run_watch(
     shared: Arc<Shared>,
     gvk: GroupVersionKind,
     generation: u64,
-    api: Api<DynamicObject>,
+    stream: scope::WatchStream<DynamicObject>,
     resource: ApiResource,
 ) {
-    let config = watcher::Config::default().labels(APP_INSTANCE_LABEL);
-    let mut stream = watcher(api, config).default_backoff().boxed();
+    let mut stream = stream.default_backoff().boxed();
     while let Some(item) = stream.next().await {
         let update = match item {
             Ok(watcher::Event::Init) => Update::Init,

@@ -13,6 +13,8 @@
 //!   Application, with a synced flag per watch (no "missing" decision before `InitDone`) and change
 //!   notifications.
 //! - [`probe`]: `GET /version` for the Cluster controller.
+//! - [`scope`]: which namespaces this installation watches (`--watch-namespaces`), and the one watch
+//!   helper every controller and the live cache open their watches with.
 //!
 //! Errors never carry credentials: messages are built from our own words plus API `Status` messages, and
 //! for Secrets the API's message is withheld altogether (it can echo data values).
@@ -23,6 +25,7 @@ pub mod live;
 pub mod ops;
 pub mod probe;
 pub mod requests;
+pub mod scope;
 
 #[cfg(test)]
 mod tests;
@@ -36,6 +39,7 @@ pub use discovery::{DiscoveryCache, ResolvedKind};
 pub use live::{app_instance_id, LiveCache, WatchStatus};
 pub use ops::{ApplyOptions, DeleteOptions, DeleteOutcome, Propagation, ReplaceOutcome};
 pub use probe::{probe, ServerVersion};
+pub use scope::WatchScope;
 
 /// Field manager of every write Capstan makes; the live cache keeps only this manager's `managedFields`.
 pub use crate::api::labels::FIELD_MANAGER;

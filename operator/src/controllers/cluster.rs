@@ -33,16 +33,17 @@ const PROBE_INTERVAL: Duration = Duration::from_secs(60);
 
 /// Runs the Cluster controller until `shutdown` fires.
 pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) -> anyhow::Result<()> {
-    let client = ctx.client.clone();
     let (reader, writer) = reflector::store();
-    let clusters = watcher(Api::<Cluster>::all(client.clone()), watcher::Config::default())
+    let clusters = ctx
+        .watch::<Cluster>(watcher::Config::default())
         .default_backoff()
         .reflect(writer)
         .applied_objects()
         .predicate_filter(predicates::generation, Default::default());
     let (app_reader, app_writer) = reflector::store();
     // Only destinations are counted here: the cached Applications need no status either.
-    let apps = watcher(Api::<Application>::all(client), watcher::Config::default())
+    let apps = ctx
+        .watch::<Application>(watcher::Config::default())
         .default_backoff()
         .modify(|app: &mut Application| {
             crate::controllers::slim_cached(app);

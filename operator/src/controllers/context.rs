@@ -16,6 +16,7 @@ use kube::Client;
 use super::error::{BackoffPolicy, Backoffs};
 use super::notifier::RevisionNotifier;
 use crate::cluster::requests::{KubeRequestLayer, WriteFence};
+use crate::cluster::scope::{self, WatchScope, WatchStream};
 use crate::cluster::ClusterClients;
 use crate::metrics::Metrics;
 use crate::render::{Binaries, CachingRenderer};
@@ -56,6 +57,8 @@ pub struct Settings {
     /// ServiceAccount (in the Application's namespace) whose rights the writes of an Application outside
     /// the operator namespace use when it names none (`--default-service-account`).
     pub default_service_account: String,
+    /// Where the controllers list and watch (`--watch-namespaces`; the whole cluster by default).
+    pub watch: WatchScope,
 }
 
 /// Default of `--default-service-account`.
@@ -73,6 +76,7 @@ impl Default for Settings {
             app_concurrency: 32,
             sync_timeout: Some(DEFAULT_SYNC_TIMEOUT),
             default_service_account: DEFAULT_SERVICE_ACCOUNT.into(),
+            watch: WatchScope::Cluster,
         }
     }
 }
@@ -177,6 +181,21 @@ impl Context {
     /// Helm and Kustomize binaries for renders.
     pub fn render_binaries(&self) -> Binaries {
         self.binaries.clone()
+    }
+
+    /// A watch of `K` where this installation watches (`--watch-namespaces`): every controller opens
+    /// its watches here, so a namespaced install never makes a cluster-wide request.
+    pub fn watch<K>(&self, config: kube::runtime::watcher::Config) -> WatchStream<K>
+    where
+        K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + Sync
+            + 'static,
+    {
+        scope::watch(&self.client, &self.settings.watch, config)
     }
 
     /// The operator namespace.

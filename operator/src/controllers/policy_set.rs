@@ -28,7 +28,8 @@ pub const CONTROLLER: &str = "policyset";
 /// Runs the PolicySet controller until `shutdown` fires.
 pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) -> anyhow::Result<()> {
     let (reader, writer) = reflector::store();
-    let sets = watcher(Api::<PolicySet>::all(ctx.client.clone()), watcher::Config::default())
+    let sets = ctx
+        .watch::<PolicySet>(watcher::Config::default())
         .default_backoff()
         .reflect(writer)
         .applied_objects()

@@ -75,24 +75,22 @@ struct State {
 
 /// Runs the Repository controller until `shutdown` fires.
 pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) -> anyhow::Result<()> {
-    let client = ctx.client.clone();
     let refresh = ctx
         .notifier
         .take_refresh_receiver()
         .ok_or_else(|| anyhow::anyhow!("the repository controller can only be started once"))?;
     let (reader, writer) = reflector::store();
-    let repositories = watcher(Api::<Repository>::all(client.clone()), watcher::Config::default())
+    let repositories = ctx
+        .watch::<Repository>(watcher::Config::default())
         .default_backoff()
         .reflect(writer)
         .applied_objects()
         .predicate_filter(predicates::generation, Default::default());
     // Metadata only: which Secret changed, never its data (fetched on demand by name).
-    let secrets = watcher(
-        Api::<PartialObjectMeta<Secret>>::all(client),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .touched_objects();
+    let secrets = ctx
+        .watch::<PartialObjectMeta<Secret>>(watcher::Config::default())
+        .default_backoff()
+        .touched_objects();
     ctx.notifier.attach_repositories(reader.clone());
     let state = Arc::new(State::default());
     let _ = state.store.set(reader.clone());

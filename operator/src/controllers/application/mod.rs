@@ -75,7 +75,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{watcher, WatchStreamExt};
@@ -347,24 +346,25 @@ pub fn periodic(interval: Duration, app: &Application) -> Option<Duration> {
 
 /// Runs the Application controller until `shutdown` fires.
 pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) -> anyhow::Result<()> {
-    let client = ctx.client.clone();
     let (state, triggers) = State::new();
     let (reader, writer) = reflector::store();
-    let apps = watcher(Api::<Application>::all(client.clone()), watcher::Config::default())
+    let apps = ctx
+        .watch::<Application>(watcher::Config::default())
         .default_backoff()
         .modify(crate::controllers::slim_cached)
         .reflect(writer)
         .applied_objects()
         .predicate_filter(trigger_hash, Default::default());
     let (repo_reader, repo_writer) = reflector::store();
-    let repos = watcher(Api::<Repository>::all(client.clone()), watcher::Config::default())
+    let repos = ctx
+        .watch::<Repository>(watcher::Config::default())
         .default_backoff()
         .reflect(repo_writer)
         .touched_objects();
     let _ = state.stores.repositories.set(repo_reader);
-    let policy_sets = policy_set_stream(&client, &state);
+    let policy_sets = policy_set_stream(&ctx, &state);
     let _ = state.stores.applications.set(reader.clone());
-    let peers_stream = peers_stream(&client, &ctx, &state);
+    let peers_stream = peers_stream(&ctx, &state);
     let listener = Arc::clone(&state);
     on_new_commits(Arc::clone(&ctx.notifier), reader.clone(), move |app| {
         listener.force(format!("{}/{}", app.namespace.as_deref().unwrap_or_default(), app.name));
@@ -395,13 +395,13 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) -> anyhow::Result<()> {
 /// The PolicySets, kept in the state's store; marks them listed once the first list is in (until then
 /// no sync starts: fail closed).
 fn policy_set_stream(
-    client: &kube::Client,
+    ctx: &Context,
     state: &Arc<State>,
 ) -> impl futures::Stream<Item = Result<PolicySet, watcher::Error>> + Send + 'static {
     let (policy_reader, policy_writer) = reflector::store();
     let _ = state.stores.policy_sets.set(policy_reader);
     let listed_state = Arc::clone(state);
-    watcher(Api::<PolicySet>::all(client.clone()), watcher::Config::default())
+    ctx.watch::<PolicySet>(watcher::Config::default())
         .default_backoff()
         .reflect(policy_writer)
         .inspect(move |event| match event {
@@ -419,12 +419,11 @@ fn policy_set_stream(
 /// Every Application event (status included): dependents react to their dependencies, and deleted
 /// Applications are forgotten (metrics series, tracked refs).
 fn peers_stream(
-    client: &kube::Client,
     ctx: &Arc<Context>,
     state: &Arc<State>,
 ) -> impl futures::Stream<Item = Result<Application, watcher::Error>> + Send + 'static {
     let (dep_ctx, dep_state) = (Arc::clone(ctx), Arc::clone(state));
-    watcher(Api::<Application>::all(client.clone()), watcher::Config::default())
+    ctx.watch::<Application>(watcher::Config::default())
         .default_backoff()
         .filter_map(move |event| {
             let (ctx, state) = (Arc::clone(&dep_ctx), Arc::clone(&dep_state));

@@ -647,11 +647,11 @@ async fn publish_writes(ctx: &Context, ref_: &k8s_openapi::api::core::v1::Object
 
 /// Runs the ApplicationSet controller until `shutdown` fires.
 pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) -> anyhow::Result<()> {
-    let client = ctx.client.clone();
     let (state, triggers) = State::new();
     let (reader, writer) = reflector::store();
     let (forget_ctx, forget_state) = (Arc::clone(&ctx), Arc::clone(&state));
-    let sets = watcher(Api::<ApplicationSet>::all(client.clone()), watcher::Config::default())
+    let sets = ctx
+        .watch::<ApplicationSet>(watcher::Config::default())
         .default_backoff()
         .reflect(writer)
         .inspect(move |event| {
@@ -662,18 +662,21 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) -> anyhow::Result<()> {
         .applied_objects()
         .predicate_filter(trigger_hash, Default::default());
     let (app_reader, app_writer) = reflector::store();
-    let apps = watcher(Api::<Application>::all(client.clone()), watcher::Config::default())
+    let apps = ctx
+        .watch::<Application>(watcher::Config::default())
         .default_backoff()
         .modify(crate::controllers::slim_cached)
         .reflect(app_writer)
         .touched_objects();
     let (cluster_reader, cluster_writer) = reflector::store();
-    let clusters = watcher(Api::<Cluster>::all(client.clone()), watcher::Config::default())
+    let clusters = ctx
+        .watch::<Cluster>(watcher::Config::default())
         .default_backoff()
         .reflect(cluster_writer)
         .touched_objects();
     let (repo_reader, repo_writer) = reflector::store();
-    let repos = watcher(Api::<Repository>::all(client), watcher::Config::default())
+    let repos = ctx
+        .watch::<Repository>(watcher::Config::default())
         .default_backoff()
         .reflect(repo_writer)
         .touched_objects();
