@@ -378,6 +378,10 @@ async fn helm_lifecycle_runs_the_operator_as_installed() {
         .await;
     cluster.kubectl_ok(&["create", "namespace", OPERATOR_NAMESPACE]).await;
     let chart = workspace_root().join("charts/capstan").display().to_string();
+    // The pod's webhook port through values: the chart's default (9443) would collide between two
+    // concurrent runs of this test on one machine.
+    let webhook_port = capstan_e2e::capstan::free_port();
+    let webhook_port_value = format!("--set=webhook.port={webhook_port}");
     let on = [
         "--set=metrics.serviceMonitor.enabled=true",
         "--set=metrics.rules.enabled=true",
@@ -385,6 +389,7 @@ async fn helm_lifecycle_runs_the_operator_as_installed() {
         "--set=webhook.enabled=true",
         "--set=webhook.ingress.enabled=true",
         "--set=webhook.ingress.host=capstan.example",
+        webhook_port_value.as_str(),
     ];
     let mut install = vec!["install", RELEASE, chart.as_str(), "-n", OPERATOR_NAMESPACE];
     install.extend(on);
@@ -412,6 +417,20 @@ async fn helm_lifecycle_runs_the_operator_as_installed() {
     }
 
     let installed = deployment(&cluster).await;
+    let container = &installed["spec"]["template"]["spec"]["containers"][0];
+    let webhook_arg = format!("--webhook-addr=0.0.0.0:{webhook_port}");
+    assert!(
+        container["args"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|a| a == &webhook_arg),
+        "{container}"
+    );
+    assert!(
+        container["ports"].to_string().contains(&webhook_port.to_string()),
+        "{container}"
+    );
     let cache = tempfile::tempdir().expect("tempdir");
     let mut operator = run_as_installed(&cluster, &installed, cache.path()).await;
     let apps = cluster.with_namespace("apps").await;
