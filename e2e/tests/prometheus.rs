@@ -170,6 +170,14 @@ async fn prometheus_scrapes_the_documented_series_and_evaluates_the_dashboard_an
         "capstan_reconcile_duration_seconds_count{controller=\"application\"} > 0",
     )
     .await;
+    // The queue depth of every controller this operator runs, from its start (0 when idle).
+    for controller in ["application", "repository", "cluster"] {
+        prom.series(
+            "reconcile queue depth",
+            &format!("capstan_reconcile_queue_depth{{controller=\"{controller}\"}} >= 0"),
+        )
+        .await;
+    }
     prom.series(
         "application reconcile histogram",
         "capstan_app_reconcile_duration_seconds_bucket{le=\"+Inf\"} > 0",

@@ -60,6 +60,9 @@ pub struct Metrics {
     /// `capstan_reconcile_in_flight{controller}`: reconciles running now (the work queue's busy part;
     /// at `--app-concurrency` the rest waits).
     pub reconciles_in_flight: IntGaugeVec,
+    /// `capstan_reconcile_queue_depth{controller}`: objects triggered and not started yet
+    /// (`controllers::queue`).
+    pub reconcile_queue_depth: IntGaugeVec,
     /// `capstan_reconcile_duration_seconds{controller}`: one reconcile of any controller.
     pub reconcile_duration: HistogramVec,
 }
@@ -172,6 +175,13 @@ impl Metrics {
             reconciles_in_flight: gauge(
                 "capstan_reconcile_in_flight",
                 "Reconciles running now by controller.",
+                &["controller"],
+            )?,
+            reconcile_queue_depth: gauge(
+                "capstan_reconcile_queue_depth",
+                "Objects a controller was asked to reconcile (a watch event of the object or of a related \
+                 object, a refresh) and has not started yet, each counted once; timed requeues and error \
+                 backoffs are not counted.",
                 &["controller"],
             )?,
             reconcile_duration,

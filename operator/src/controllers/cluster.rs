@@ -55,10 +55,12 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) -> anyhow::Result<()> {
     crate::controllers::mark_ready_when_synced(Arc::clone(&ctx), CONTROLLER, reader.clone());
     let (mapper_store, operator_ns) = (reader.clone(), ctx.namespace().to_string());
     let apps_store = app_reader.clone();
-    let controller = Controller::for_stream(clusters, reader)
-        .watches_stream(apps, move |app: Application| {
-            clusters_of(&mapper_store.state(), &app, &operator_ns)
-        })
+    let queue = ctx.queue(CONTROLLER);
+    let controller = Controller::for_stream(queue.count(clusters), reader)
+        .watches_stream(
+            apps,
+            queue.mapper(move |app: Application| clusters_of(&mapper_store.state(), &app, &operator_ns)),
+        )
         .graceful_shutdown_on(shutdown.wait());
     run_controller(controller, CONTROLLER, ctx, move |cluster, ctx| {
         let apps = apps_store.state();

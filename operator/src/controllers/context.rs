@@ -15,6 +15,7 @@ use kube::Client;
 
 use super::error::{BackoffPolicy, Backoffs};
 use super::notifier::RevisionNotifier;
+use super::queue::QueueDepth;
 use crate::cluster::requests::{KubeRequestLayer, WriteFence};
 use crate::cluster::scope::{self, WatchScope, WatchStream};
 use crate::cluster::ClusterClients;
@@ -110,6 +111,8 @@ pub struct Context {
     /// Open while this replica may write (always, without leader election): closed, reconciles are
     /// skipped and the clients built with it refuse writes.
     pub fence: WriteFence,
+    /// Each controller's queue depth (`capstan_reconcile_queue_depth`), made on first use.
+    queues: Mutex<BTreeMap<&'static str, Arc<QueueDepth>>>,
 }
 
 impl std::fmt::Debug for Context {
@@ -146,6 +149,7 @@ impl Context {
             binaries: Binaries::default(),
             policies: crate::policy::Cache::default(),
             fence: WriteFence::open(),
+            queues: Mutex::default(),
         }
     }
 
@@ -196,6 +200,17 @@ impl Context {
             + 'static,
     {
         scope::watch(&self.client, &self.settings.watch, config)
+    }
+
+    /// The queue depth of `controller`: its streams mark objects triggered, `run_controller` marks
+    /// them started.
+    pub fn queue(&self, controller: &'static str) -> Arc<QueueDepth> {
+        let mut queues = super::lock(&self.queues);
+        Arc::clone(
+            queues.entry(controller).or_insert_with(|| {
+                QueueDepth::new(self.metrics.reconcile_queue_depth.with_label_values(&[controller]))
+            }),
+        )
     }
 
     /// The operator namespace.

@@ -26,6 +26,7 @@ pub mod leader;
 pub mod notifier;
 pub mod policy_access;
 pub mod policy_set;
+pub mod queue;
 pub mod repository;
 pub mod status;
 pub mod stores;
@@ -318,8 +319,8 @@ where
 }
 
 /// Runs `controller` until it stops (on shutdown): every reconcile goes through [`instrumented`]
-/// (metrics, logs, backoff reset) and every error through [`error::error_policy`]; queue and watch
-/// errors are logged at debug level (reconcile errors were logged by `instrumented`).
+/// (metrics, logs, backoff reset) and every error through [`error::error_policy`]; a reconcile
+/// starting takes its object off the queue depth ([`queue`]).
 pub(crate) async fn run_controller<K, F, Fut>(
     controller: kube::runtime::Controller<K>,
     name: &'static str,
@@ -331,24 +332,42 @@ pub(crate) async fn run_controller<K, F, Fut>(
     Fut: Future<Output = Result<Action, Error>> + Send + 'static,
 {
     use futures::StreamExt;
+    let queue = ctx.queue(name);
+    let found_gone = Arc::clone(&queue);
     controller
         .run(
             move |obj, ctx| {
+                queue.started(&ns_name(obj.as_ref()));
                 let fut = reconcile(Arc::clone(&obj), Arc::clone(&ctx));
                 async move { instrumented(name, obj.as_ref(), &ctx, fut).await }
             },
             error::error_policy::<K>,
             ctx,
         )
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                match e {
-                    kube::runtime::controller::Error::ReconcilerFailed(..) => {}
-                    other => tracing::debug!(controller = name, "controller event: {other}"),
-                }
-            }
+        .for_each(move |result| {
+            controller_event(name, &found_gone, result);
+            futures::future::ready(())
         })
         .await;
+}
+
+/// What `Controller::run` yields besides reconciles: a triggered object that is gone no longer waits;
+/// queue and watch errors are logged at debug level (reconcile errors were logged by `instrumented`).
+fn controller_event<T, E, Q>(
+    name: &'static str,
+    queue: &queue::QueueDepth,
+    result: Result<T, kube::runtime::controller::Error<E, Q>>,
+) where
+    E: std::error::Error,
+    Q: std::error::Error,
+{
+    if let Err(e) = result {
+        match e {
+            kube::runtime::controller::Error::ReconcilerFailed(..) => {}
+            kube::runtime::controller::Error::ObjectNotFound(r) => queue.started(&queue::ref_key(r.as_ref())),
+            other => tracing::debug!(controller = name, "controller event: {other}"),
+        }
+    }
 }
 
 /// How soon a standby replica looks at an object again.

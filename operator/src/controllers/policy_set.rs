@@ -35,6 +35,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) -> anyhow::Result<()> {
         .applied_objects()
         .predicate_filter(predicates::generation, Default::default());
     crate::controllers::mark_ready_when_synced(Arc::clone(&ctx), CONTROLLER, reader.clone());
+    let sets = ctx.queue(CONTROLLER).count(sets);
     let controller = Controller::for_stream(sets, reader).graceful_shutdown_on(shutdown.wait());
     run_controller(controller, CONTROLLER, ctx, |set, ctx| async move {
         reconcile(&set, &ctx).await

@@ -96,11 +96,15 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) -> anyhow::Result<()> {
     let _ = state.store.set(reader.clone());
 
     let (mapper_store, operator_ns) = (reader.clone(), ctx.namespace().to_string());
-    let controller = Controller::for_stream(repositories, reader.clone())
-        .watches_stream(secrets, move |secret: PartialObjectMeta<Secret>| {
-            repositories_using_secret(&mapper_store.state(), &secret, &operator_ns)
-        })
-        .reconcile_on(UnboundedReceiverStream::new(refresh))
+    let queue = ctx.queue(CONTROLLER);
+    let controller = Controller::for_stream(queue.count(repositories), reader.clone())
+        .watches_stream(
+            secrets,
+            queue.mapper(move |secret: PartialObjectMeta<Secret>| {
+                repositories_using_secret(&mapper_store.state(), &secret, &operator_ns)
+            }),
+        )
+        .reconcile_on(queue.refs(UnboundedReceiverStream::new(refresh)))
         .graceful_shutdown_on(shutdown.wait());
 
     super::mark_ready_when_synced(Arc::clone(&ctx), CONTROLLER, reader.clone());

@@ -375,14 +375,17 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) -> anyhow::Result<()> {
     let (policy_store, operator_ns) = (reader.clone(), ctx.namespace().to_string());
     // NB: not a plain `wait_until_ready` in a task: kube-runtime wakes only one waiter.
     crate::controllers::mark_ready_when_synced(Arc::clone(&ctx), CONTROLLER, reader.clone());
-    let controller = Controller::for_stream(apps, reader)
-        .watches_stream(peers_stream, move |app: Application| {
-            dependents_of(&mapper_store.state(), &app)
-        })
-        .watches_stream(policy_sets, move |set: PolicySet| {
-            governed_by(&policy_store.state(), &set, &operator_ns)
-        })
-        .reconcile_on(UnboundedReceiverStream::new(triggers))
+    let queue = ctx.queue(CONTROLLER);
+    let controller = Controller::for_stream(queue.count(apps), reader)
+        .watches_stream(
+            peers_stream,
+            queue.mapper(move |app: Application| dependents_of(&mapper_store.state(), &app)),
+        )
+        .watches_stream(
+            policy_sets,
+            queue.mapper(move |set: PolicySet| governed_by(&policy_store.state(), &set, &operator_ns)),
+        )
+        .reconcile_on(queue.refs(UnboundedReceiverStream::new(triggers)))
         .with_config(kube::runtime::controller::Config::default().concurrency(ctx.settings.app_concurrency))
         .graceful_shutdown_on(shutdown.wait());
     run_controller(controller, CONTROLLER, ctx, move |app, ctx| {

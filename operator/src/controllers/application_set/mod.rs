@@ -695,25 +695,39 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) -> anyhow::Result<()> {
     });
     crate::controllers::mark_ready_when_synced(Arc::clone(&ctx), CONTROLLER, reader.clone());
     let (mapper_store, operator_ns) = (reader.clone(), ctx.namespace().to_string());
-    let controller = Controller::for_stream(sets, reader)
-        .owns_stream(apps)
-        .watches_stream(clusters, move |cluster: Cluster| {
-            let cns = cluster.namespace().unwrap_or_default();
-            mapper_store
-                .state()
-                .iter()
-                .filter(|s| {
-                    let sns = s.namespace().unwrap_or_default();
-                    (cns == sns || cns == operator_ns) && uses_clusters(s)
-                })
-                .map(|s| ObjectRef::from_obj(s.as_ref()))
-                .collect::<Vec<_>>()
-        })
-        .reconcile_on(UnboundedReceiverStream::new(triggers))
+    let queue = ctx.queue(CONTROLLER);
+    let controller = Controller::for_stream(queue.count(sets), reader)
+        // `owns_stream`, spelled out so that the owners it triggers are counted in the queue depth.
+        .watches_stream(apps, queue.mapper(owning_sets))
+        .watches_stream(
+            clusters,
+            queue.mapper(move |cluster: Cluster| {
+                let cns = cluster.namespace().unwrap_or_default();
+                mapper_store
+                    .state()
+                    .iter()
+                    .filter(|s| {
+                        let sns = s.namespace().unwrap_or_default();
+                        (cns == sns || cns == operator_ns) && uses_clusters(s)
+                    })
+                    .map(|s| ObjectRef::from_obj(s.as_ref()))
+                    .collect::<Vec<_>>()
+            }),
+        )
+        .reconcile_on(queue.refs(UnboundedReceiverStream::new(triggers)))
         .graceful_shutdown_on(shutdown.wait());
     run_controller(controller, CONTROLLER, ctx, move |set, ctx| {
         reconcile(set, ctx, Arc::clone(&state))
     })
     .await;
     Ok(())
+}
+
+/// The ApplicationSets an Application's owner references name (what `owns_stream` triggers).
+fn owning_sets(app: Application) -> Vec<ObjectRef<ApplicationSet>> {
+    let ns = app.namespace();
+    app.owner_references()
+        .iter()
+        .filter_map(|owner| ObjectRef::from_owner_ref(ns.as_deref(), owner, ()))
+        .collect()
 }
