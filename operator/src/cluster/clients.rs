@@ -772,7 +772,10 @@ fn watch_config(mut config: Config, t: &ClusterTimeouts) -> Config {
     config
 }
 
-fn build_client(config: Config, name: &str, counter: Option<&KubeRequestLayer>) -> Result<Client, ClusterError> {
+fn build_client(mut config: Config, name: &str, counter: Option<&KubeRequestLayer>) -> Result<Client, ClusterError> {
+    // No hidden retry below the counting layer: every attempt is counted and every failure reaches the
+    // caller's own bounded retry (kube's retry would wait up to 15 times what `Retry-After` asks).
+    config.default_retry = false;
     let builder = kube::client::ClientBuilder::try_from(config).map_err(|e| match e {
         kube::Error::RustlsTls(_) | kube::Error::TlsRequired => {
             ClusterError::InvalidConfig(format!("Cluster {name}: TLS setup failed (check caCert)"))

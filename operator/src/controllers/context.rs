@@ -314,7 +314,19 @@ pub fn counting_client(config: kube::Config, metrics: &Metrics) -> Result<Client
 /// A client whose every request goes through `layer` (counted, and held back while its fence is
 /// closed).
 pub fn fenced_client(config: kube::Config, layer: KubeRequestLayer) -> Result<Client, kube::Error> {
-    Ok(ClientBuilder::try_from(config)?.with_layer(&layer).build())
+    Ok(ClientBuilder::try_from(without_hidden_retries(config))?
+        .with_layer(&layer)
+        .build())
+}
+
+/// `config` without kube's built-in retry of 429/503/504. That retry sits below any layer a client adds, so
+/// the failed attempts were never counted in `capstan_kube_requests_total`, and it waits up to 15 times as
+/// long as the server's `Retry-After` asks (minutes), holding a reconcile worker and hiding the failure from
+/// `capstan_reconcile_errors_total`. Every caller has its own bounded retry instead: a reconcile error
+/// backs off per object (`error_policy`), watches back off, leader election retries every retry period.
+pub fn without_hidden_retries(mut config: kube::Config) -> kube::Config {
+    config.default_retry = false;
+    config
 }
 
 #[cfg(test)]

@@ -98,13 +98,15 @@ impl Env {
         self.tmp.path().join("repo.git")
     }
 
-    /// A context with `settings`, a Git source caching under the environment's directory, and cluster
-    /// clients for the devcluster (the in-cluster destination).
+    /// A context with `settings`, a counting client, a Git source caching under the environment's directory,
+    /// and cluster clients for the devcluster (the in-cluster destination).
     pub fn context(&self, settings: Settings) -> Arc<Context> {
         let metrics = Metrics::register(&Registry::new()).expect("metrics");
         let git = Git2Source::new(self.tmp.path().join("cache"), GitConfig::default());
         let clusters = ClusterClients::new(self.config.clone(), OPERATOR_NS).expect("clusters");
-        Arc::new(Context::new(self.client.clone(), settings, Arc::new(git), metrics).with_clusters(Arc::new(clusters)))
+        // Built as `capstan run` builds it: every request counted, no hidden retries.
+        let client = crate::controllers::context::counting_client(self.config.clone(), &metrics).expect("client");
+        Arc::new(Context::new(client, settings, Arc::new(git), metrics).with_clusters(Arc::new(clusters)))
     }
 }
 

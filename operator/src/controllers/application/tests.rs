@@ -383,3 +383,62 @@ async fn a_requested_sync_without_its_service_account_fails_instead_of_pending()
     let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), "apps");
     assert!(cms.get_opt("alpha").await.expect("get").is_none(), "nothing applied");
 }
+
+/// A request the API server answers 503 is counted in `capstan_kube_requests_total` with its code.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_request_is_counted_with_its_code() {
+    let env = Env::start().await;
+    let metrics = crate::metrics::Metrics::register(&prometheus::Registry::new()).expect("metrics");
+    let client = crate::controllers::context::counting_client(env.config.clone(), &metrics).expect("client");
+    env.dev.inject_faults(devcluster::Fault {
+        status: 503,
+        count: 1,
+        method: Some("GET".into()),
+        path_prefix: Some("/api/v1/namespaces/apps/configmaps/probe".into()),
+        ..devcluster::Fault::default()
+    });
+    let cms: Api<ConfigMap> = Api::namespaced(client, "apps");
+    let err = cms.get("probe").await.expect_err("the injected 503");
+    assert!(
+        err.to_string().contains("503") || matches!(&err, kube::Error::Api(s) if s.code == 503),
+        "{err}"
+    );
+    assert_eq!(metrics.kube_requests.with_label_values(&["get", "503"]).get(), 1);
+    let _ = cms.get("probe").await;
+    assert_eq!(metrics.kube_requests.with_label_values(&["get", "404"]).get(), 1);
+}
+
+/// A reconcile whose status write fails is counted in `capstan_reconcile_errors_total` by its reason
+/// (`StatusWrite`) and in `capstan_reconcile_total{result="error"}`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_status_write_is_counted_as_a_reconcile_error() {
+    let env = Env::start().await;
+    env.commit(&[("app/a.yaml", &cm("alpha", ""))]);
+    let apps = create_app(&env, "statusfail", "app", SyncPolicy::default()).await;
+    let ctx = context(&env);
+    let (state, _rx) = State::new();
+    env.dev.inject_faults(devcluster::Fault {
+        status: 503,
+        count: 1,
+        method: Some("PATCH".into()),
+        path_prefix: Some("/apis/capstan.dev/v1alpha1/namespaces/apps/applications/statusfail/status".into()),
+        ..devcluster::Fault::default()
+    });
+    let app = Arc::new(apps.get("statusfail").await.expect("app"));
+    let result = crate::controllers::instrumented(
+        super::CONTROLLER,
+        app.as_ref(),
+        &ctx,
+        reconcile(Arc::clone(&app), Arc::clone(&ctx), Arc::clone(&state)),
+    )
+    .await;
+    let err = result.expect_err("the status write failed");
+    assert_eq!(err.category(), "StatusWrite", "{err}");
+    let errors = ctx
+        .metrics
+        .reconcile_errors
+        .with_label_values(&[super::CONTROLLER, "StatusWrite"]);
+    assert_eq!(errors.get(), 1);
+    let failed = ctx.metrics.reconciles.with_label_values(&[super::CONTROLLER, "error"]);
+    assert_eq!(failed.get(), 1);
+}
