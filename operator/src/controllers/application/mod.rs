@@ -61,6 +61,7 @@ pub mod identity;
 pub mod source;
 pub mod status;
 pub mod sync;
+pub mod validation;
 
 mod cleanup;
 mod pipeline;
