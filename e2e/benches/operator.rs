@@ -16,6 +16,7 @@
 //! - S4: commit → applied latency through the generic push webhook, and through a 10 s poll;
 //! - S1 (only when selected: `CAPSTAN_BENCH_ONLY=s1` / `s1b`): 500 Applications × 100 ConfigMaps (`s1b`:
 //!   50 × 1,000) in sync: peak RSS, CPU of one no-op refresh of all, one drift repaired under that load.
+//! - S5, S7 (only when selected): monorepo fan-out and polling at scale, see `fanout/mod.rs`.
 //!
 //! Not a test: nothing asserts a time. `CAPSTAN_BENCH_RUNS` (default 3) sets the runs of P0 and S3 and the
 //! refreshes of S2; `CAPSTAN_BENCH_ONLY=p0,s2,...` selects scenarios; `CAPSTAN_BENCH_P0_VALIDATE=server` gives
@@ -50,6 +51,8 @@ use tokio::process::{Child, Command};
 
 #[path = "../../operator/benches/support/report.rs"]
 mod report;
+// S5 and S7 (scale issue): their own module and their own section of docs/benchmarks.md.
+mod fanout;
 use report::{clock_ticks, date, loadavg, machine};
 
 const START: &str = "<!-- operator-bench:start -->";
@@ -1326,11 +1329,37 @@ async fn main() -> anyhow::Result<()> {
             failures.push(format!("{}: {e:#}", name.to_ascii_uppercase()));
         }
     }
-    let section = render(&report, runs, &loads, &failures);
-    print!("{section}");
-    if std::env::var_os("CAPSTAN_BENCH_NO_WRITE").is_none() {
-        let path = report::write_section(START, END, &section)?;
-        eprintln!("wrote {}", path.display());
+    let (mut scale, mut scale_loads, mut scale_failures) = (Report::default(), BTreeMap::new(), Vec::new());
+    for name in ["s5", "s7"] {
+        if !selected.iter().any(|s| s == name) {
+            continue;
+        }
+        scale_loads.insert(name.to_ascii_uppercase(), loadavg());
+        let result = match name {
+            "s5" => fanout::s5(&mut scale).await,
+            _ => fanout::s7(&mut scale).await,
+        };
+        if let Err(e) = result {
+            eprintln!("operator bench {name} failed: {e:#}");
+            scale_failures.push(format!("{}: {e:#}", name.to_ascii_uppercase()));
+        }
+    }
+    let write = std::env::var_os("CAPSTAN_BENCH_NO_WRITE").is_none();
+    if !loads.is_empty() {
+        let section = render(&report, runs, &loads, &failures);
+        print!("{section}");
+        if write {
+            let path = report::write_section(START, END, &section)?;
+            eprintln!("wrote {}", path.display());
+        }
+    }
+    if !scale_loads.is_empty() {
+        let section = fanout::render(&scale, &scale_loads, &scale_failures);
+        print!("{section}");
+        if write {
+            let path = report::write_section(fanout::START, fanout::END, &section)?;
+            eprintln!("wrote {}", path.display());
+        }
     }
     Ok(())
 }

@@ -389,6 +389,40 @@ async fn http_basic_auth_right_and_wrong_password_and_canary_never_leaks() {
     assert_nowhere(&env, "CANARY").await;
 }
 
+/// Requests in the smart-HTTP server's log that asked for objects (fetches), and ref listings.
+fn fetches_and_listings(server: &capstan_e2e::git::Server) -> (usize, usize) {
+    let log = server.requests();
+    let fetches = log.iter().filter(|l| l.ends_with(" want")).count();
+    let listings = log.iter().filter(|l| l.starts_with("GET ") && l.contains("/info/refs")).count();
+    (fetches, listings)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn polling_lists_refs_and_never_fetches_per_the_git_servers_own_log() {
+    let env = Env::start("repo-polls", "").await;
+    let upstream = Upstream::new();
+    let c1 = upstream.create("polled");
+    let http = git::http_server(&upstream.base(), "alice", "s3cret");
+    let url = format!("http://127.0.0.1:{}/polled.git", http.port);
+    env.secret("creds", &[("username", "alice"), ("password", "s3cret")], &[])
+        .await;
+    env.apply_repository("polled", &url, "1s", Some("creds")).await;
+    env.wait_revision("polled", "main", &c1).await;
+
+    // The server sees poll after poll, each a ref listing, none asking for objects.
+    wait_for("five more ref listings", DEADLINE, POLL, || async {
+        let (_, listings) = fetches_and_listings(&http);
+        (listings >= 5).then_some(())
+    })
+    .await;
+    // A ref that moves is listed too, still without a fetch (the Repository only reads refs).
+    let c2 = upstream.commit("polled", "second");
+    env.wait_revision("polled", "main", &c2).await;
+    let (fetches, listings) = fetches_and_listings(&http);
+    assert!(listings >= 6, "{:?}", http.requests());
+    assert_eq!(fetches, 0, "no poll fetched: {:?}", http.requests());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ssh_with_known_hosts_and_unknown_host_key() {
     if !git::sshd_available() {

@@ -65,6 +65,10 @@ pub struct Metrics {
     pub reconcile_queue_depth: IntGaugeVec,
     /// `capstan_reconcile_duration_seconds{controller}`: one reconcile of any controller.
     pub reconcile_duration: HistogramVec,
+    /// `capstan_render_total{result}`: Application manifest renders by how they were served —
+    /// `rendered` (the tool ran), `failed`, `cached` (same inputs as before), `unchanged` (a new
+    /// commit touched nothing the Application reads: the previous render reused).
+    pub renders: IntCounterVec,
 }
 
 /// Labels of `capstan_app_info`, in order.
@@ -225,6 +229,11 @@ impl Metrics {
                 "capstan_webhook_requests_total",
                 "Git push webhook requests by provider and HTTP status code.",
                 &["provider", "code"],
+            )?,
+            renders: counter(
+                "capstan_render_total",
+                "Application manifest renders by result (rendered, failed, cached, unchanged).",
+                &["result"],
             )?,
         })
     }

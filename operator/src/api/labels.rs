@@ -36,6 +36,10 @@ pub const REFRESH_NORMAL: &str = "normal";
 /// Value of a refresh annotation asking for a hard refresh (render cache bypassed).
 pub const REFRESH_HARD: &str = "hard";
 
+/// Argo CD's list of the paths an Application's manifests depend on (`;`-separated, relative to its
+/// path, `/…` from the repository root): a commit touching none of them does not re-render it.
+pub const MANIFEST_GENERATE_PATHS_ANNOTATION: &str = "argocd.argoproj.io/manifest-generate-paths";
+
 /// Refresh request on an ApplicationSet (`"true"`); removed once handled.
 pub const APPLICATION_SET_REFRESH_ANNOTATION: &str = "capstan.dev/application-set-refresh";
 /// Argo CD's ApplicationSet refresh request, honoured the same way.

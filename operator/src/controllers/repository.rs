@@ -35,6 +35,7 @@ use kube::runtime::events::EventType;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{predicates, watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
+use futures::StreamExt;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use super::error::{Error, KubeStep};
@@ -71,6 +72,72 @@ struct State {
     verified: Mutex<Verified>,
     /// The Repository store (credential templates are looked up here).
     store: std::sync::OnceLock<Store<Repository>>,
+    /// Repositories reconciled since the process started (`namespace/name`).
+    seen: Mutex<std::collections::HashSet<String>>,
+    /// Repositories a refresh (webhook, newly tracked ref) asked to poll now.
+    forced: Mutex<std::collections::HashSet<String>>,
+}
+
+impl State {
+    /// Whether this is the first reconcile of `key` since the process started.
+    fn first_reconcile(&self, key: &str) -> bool {
+        self.seen.lock().unwrap_or_else(|p| p.into_inner()).insert(key.to_string())
+    }
+
+    /// Records a refresh request for `repo`.
+    fn force(&self, repo: &ObjectRef<Repository>) {
+        let key = format!("{}/{}", repo.namespace.as_deref().unwrap_or_default(), repo.name);
+        self.forced.lock().unwrap_or_else(|p| p.into_inner()).insert(key);
+    }
+
+    /// Takes (clears) the refresh request for `key`.
+    fn take_forced(&self, key: &str) -> bool {
+        self.forced.lock().unwrap_or_else(|p| p.into_inner()).remove(key)
+    }
+
+    /// The wait until `repo`'s next poll slot (see [`schedule`]): its rank among the polled
+    /// Repositories sharing its interval, spaced evenly over the interval.
+    fn until_next_poll(&self, repo: &Repository, poll: Duration) -> Duration {
+        let key = object_key(repo);
+        let peers: Vec<String> = self
+            .store
+            .get()
+            .map(|store| {
+                store
+                    .state()
+                    .iter()
+                    .filter(|r| !r.spec.credential_template)
+                    .filter(|r| parse_duration(&r.spec.poll_interval).ok() == Some(poll))
+                    .map(|r| object_key(r))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let (rank, total) = schedule::rank(&key, peers.iter().map(String::as_str));
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis();
+        schedule::until_slot(schedule::slot_phase(rank, total, poll), poll, now_ms)
+    }
+}
+
+/// `namespace/name`.
+fn object_key(repo: &Repository) -> String {
+    format!("{}/{}", repo.namespace().unwrap_or_default(), repo.name_any())
+}
+
+/// What `repo`'s status says about its last poll.
+fn freshness(repo: &Repository) -> schedule::Freshness {
+    let status = repo.status.as_ref();
+    let since_last_poll = status
+        .and_then(|s| s.last_fetched_at.as_ref())
+        .and_then(|t| std::time::Duration::try_from(k8s_openapi::jiff::Timestamp::now().duration_since(t.0)).ok());
+    schedule::Freshness {
+        ready: status.is_some_and(|s| status::is_condition(&s.conditions, CONDITION_READY, STATUS_TRUE)),
+        observed_generation: status.and_then(|s| s.observed_generation),
+        generation: repo.metadata.generation,
+        since_last_poll,
+    }
 }
 
 /// Runs the Repository controller until `shutdown` fires.
@@ -94,6 +161,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) -> anyhow::Result<()> {
     ctx.notifier.attach_repositories(reader.clone());
     let state = Arc::new(State::default());
     let _ = state.store.set(reader.clone());
+    let refreshes = Arc::clone(&state);
 
     let (mapper_store, operator_ns) = (reader.clone(), ctx.namespace().to_string());
     let queue = ctx.queue(CONTROLLER);
@@ -104,7 +172,10 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) -> anyhow::Result<()> {
                 repositories_using_secret(&mapper_store.state(), &secret, &operator_ns)
             }),
         )
-        .reconcile_on(queue.refs(UnboundedReceiverStream::new(refresh)))
+        .reconcile_on(queue.refs(UnboundedReceiverStream::new(refresh).map(move |r| {
+            refreshes.force(&r);
+            r
+        })))
         .graceful_shutdown_on(shutdown.wait());
 
     super::mark_ready_when_synced(Arc::clone(&ctx), CONTROLLER, reader.clone());
@@ -422,6 +493,12 @@ async fn reconcile(repo: &Repository, ctx: &Context, state: &State) -> Result<Ac
         Ok(v) => v,
         Err(message) => return invalid_spec(ctx, &api, repo, &message).await,
     };
+    let object = object_key(repo);
+    let (first, forced) = (state.first_reconcile(&object), state.take_forced(&object));
+    if !schedule::poll_now(first, forced, freshness(repo), poll) {
+        // Restarted with a recent listing: keep this Repository's slot instead of joining a herd.
+        return Ok(Action::requeue(state.until_next_poll(repo, poll)));
+    }
     let creds = match resolve_credentials(ctx, state, repo, &ns, &url).await {
         Ok(c) => c,
         Err(e) => return credentials_failed(ctx, &api, repo, e, poll).await,
@@ -460,7 +537,7 @@ async fn reconcile(repo: &Repository, ctx: &Context, state: &State) -> Result<Ac
             transient,
             retry_after: poll,
         }),
-        _ => Ok(Action::requeue(poll)),
+        _ => Ok(Action::requeue(state.until_next_poll(repo, poll))),
     }
 }
 
@@ -728,5 +805,6 @@ async fn verify_one(
     }
 }
 
+mod schedule;
 #[cfg(test)]
 mod tests;

@@ -239,18 +239,72 @@ impl CachingRenderer {
 
     /// Renders `req`, serving a cached result unless `hard_refresh` is set.
     pub async fn render(&self, req: &RenderRequest, hard_refresh: bool) -> Result<Arc<RenderOutput>, RenderError> {
+        self.render_since(req, hard_refresh, None, |_| async { false })
+            .await
+            .map(|(output, _)| output)
+    }
+
+    /// Renders `req` like [`render`](Self::render), and when the same request at the
+    /// `previous` revision is still cached, asks `reusable` whether the commit between them left
+    /// that render valid (it decides from the previous output's [`ReadSet`](super::reads::ReadSet));
+    /// a reused render is stored under the new revision too. A hard refresh always renders.
+    pub async fn render_since<F, Fut>(
+        &self,
+        req: &RenderRequest,
+        hard_refresh: bool,
+        previous: Option<&str>,
+        reusable: F,
+    ) -> Result<(Arc<RenderOutput>, Served), RenderError>
+    where
+        F: FnOnce(Arc<RenderOutput>) -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
         let tool = self.renderer.detect(req).await?;
         let version = self.renderer.tool_version(tool, req).await?;
         let key = CacheKey::compute(req, tool, &version);
         if !hard_refresh {
             if let Some(hit) = self.cache.get(&key) {
                 tracing::debug!(key = %key.to_hex(), "render cache hit");
-                return Ok(hit);
+                return Ok((hit, Served::Cached));
+            }
+            let earlier = previous.filter(|rev| rev.trim() != req.revision.trim()).and_then(|rev| {
+                let mut before = req.clone();
+                before.revision = rev.to_string();
+                self.cache.get(&CacheKey::compute(&before, tool, &version))
+            });
+            if let Some(earlier) = earlier {
+                if reusable(Arc::clone(&earlier)).await {
+                    self.cache.insert(key, Arc::clone(&earlier));
+                    return Ok((earlier, Served::Unchanged));
+                }
             }
         }
         let output = Arc::new(self.renderer.render_with(req, tool, version).await?);
         self.cache.insert(key, Arc::clone(&output));
-        Ok(output)
+        Ok((output, Served::Rendered))
+    }
+}
+
+/// How [`CachingRenderer::render_since`] produced its output (the `result` of
+/// `capstan_render_total`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Served {
+    /// The same inputs were rendered before: the cached output.
+    Cached,
+    /// A new commit touched nothing the render read: the previous revision's output.
+    Unchanged,
+    /// The tool ran.
+    Rendered,
+}
+
+impl Served {
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Served::Cached => "cached",
+            Served::Unchanged => "unchanged",
+            Served::Rendered => "rendered",
+        }
     }
 }
 
@@ -267,6 +321,7 @@ mod tests {
             objects: vec![json!({"f": filler})],
             tool: Tool::Directory,
             tool_version: String::new(),
+            reads: Default::default(),
         })
     }
 

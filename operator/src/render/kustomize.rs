@@ -729,6 +729,18 @@ fn resolve_option_paths(
     Ok((names, dirs))
 }
 
+/// The directories a build of this application reads (relative to the root): every kustomization
+/// reachable from it and the Application's own components and patch files (see `reads`).
+pub fn read_dirs(location: &AppLocation, options: &KustomizeOptions, limits: &Limits) -> Result<Vec<PathBuf>, RenderError> {
+    let (_, component_dirs) = resolve_option_paths(location, options)?;
+    let mut dirs = scan(location, &component_dirs, limits)?.touched;
+    for path in options.patches.iter().filter_map(|p| p.path.as_deref()) {
+        let file = paths::resolve(&location.root, &location.app_rel, path, AbsolutePaths::Reject)?;
+        dirs.push(paths::relative_to(&location.root, &file));
+    }
+    Ok(dirs)
+}
+
 /// Vets the sources and, when options ask for edits, builds the edited private copy.
 fn prepare(req: &RenderRequest, location: &AppLocation, work: &Path) -> Result<Prepared, RenderError> {
     let options = req.source.kustomize.clone().unwrap_or_default();

@@ -20,6 +20,7 @@ pub mod helm;
 pub mod kustomize;
 pub mod paths;
 pub mod process;
+pub mod reads;
 pub mod yaml;
 
 use std::collections::{BTreeMap, HashMap};
@@ -266,6 +267,8 @@ pub struct RenderOutput {
     pub objects: Vec<Value>,
     pub tool: Tool,
     pub tool_version: String,
+    /// What the render read from the repository (decides whether a later commit needs a new one).
+    pub reads: reads::ReadSet,
 }
 
 impl RenderOutput {
@@ -558,16 +561,21 @@ impl Renderer {
         .await?;
         let objects = match tool {
             Tool::Directory => {
-                let owned = req.clone();
+                let (owned, location) = (req.clone(), location.clone());
                 blocking(move || directory::render(&owned, &location)).await?
             }
             Tool::Kustomize => kustomize::render(req, &location).await?,
             Tool::Helm => helm::render(req, &location).await?,
         };
+        let owned = req.clone();
+        let reads = tokio::task::spawn_blocking(move || reads::detect(&owned, &location, tool))
+            .await
+            .unwrap_or_else(|e| reads::ReadSet::uncertain(format!("detecting the paths read failed: {e}")));
         Ok(RenderOutput {
             objects,
             tool,
             tool_version,
+            reads,
         })
     }
 }

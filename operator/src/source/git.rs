@@ -25,12 +25,13 @@ use git2::{
     RemoteUpdateFlags,
 };
 
+use super::diff::{changed_paths_blocking, memo_key, DiffMemo};
 use super::cache::{io_err, open_or_init_bare, Cache};
 use super::http::{self, HttpFailure, HttpLimits, HttpSettings};
 use super::known_hosts::{self, HostKeyCheck, KnownHost};
 use super::url::{strip_userinfo_and_query, RepoUrl, Transport};
 use super::{
-    verify, BoxFuture, Commit, Credentials, FetchOutcome, GitSource, RemoteRef, Revision, SourceError,
+    verify, BoxFuture, ChangedPaths, Commit, Credentials, FetchOutcome, GitSource, RemoteRef, Revision, SourceError,
     VerifiedSignature,
 };
 
@@ -78,6 +79,7 @@ impl Default for GitConfig {
 pub struct Git2Source {
     cache: Arc<Cache>,
     config: Arc<GitConfig>,
+    diffs: Arc<DiffMemo>,
 }
 
 static GLOBAL_TIMEOUTS: OnceLock<(Duration, Duration)> = OnceLock::new();
@@ -105,6 +107,7 @@ impl Git2Source {
         Git2Source {
             cache: Arc::new(Cache::new(root)),
             config: Arc::new(config),
+            diffs: Arc::default(),
         }
     }
 
@@ -205,6 +208,28 @@ impl GitSource for Git2Source {
             let c = commit.clone();
             self.run_blocking(url, self.deadline(), move || checkout_blocking(&repo_dir, &dir, &c))
                 .await
+        })
+    }
+
+    fn changed_paths<'a>(
+        &'a self,
+        url: &'a RepoUrl,
+        from: &'a Commit,
+        to: &'a Commit,
+        max: usize,
+    ) -> BoxFuture<'a, Result<ChangedPaths, SourceError>> {
+        Box::pin(async move {
+            let repo_dir = self.cache.repo_dir(url);
+            let key = memo_key(&repo_dir, from, to, max);
+            if let Some(known) = self.diffs.get(&key) {
+                return Ok(known);
+            }
+            let (f, t) = (from.clone(), to.clone());
+            let changed = self
+                .run_blocking(url, self.deadline(), move || changed_paths_blocking(&repo_dir, &f, &t, max))
+                .await?;
+            self.diffs.put(key, changed.clone());
+            Ok(changed)
         })
     }
 

@@ -11,6 +11,7 @@
 
 pub mod cache;
 pub mod credentials;
+pub mod diff;
 pub mod git;
 pub mod http;
 pub mod known_hosts;
@@ -203,6 +204,15 @@ pub struct FetchOutcome {
     pub shallow: bool,
 }
 
+/// The paths a commit range changed (see [`GitSource::changed_paths`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChangedPaths {
+    /// Repository-relative file paths (`/`-separated, no leading `/`), sorted, deduplicated.
+    Paths(Vec<String>),
+    /// More differences than the caller's bound: treat as "everything changed".
+    TooMany,
+}
+
 /// The key that made a signature valid.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VerifiedSignature {
@@ -232,6 +242,17 @@ pub trait GitSource: Send + Sync {
 
     /// Exports the commit's tree into a per-commit directory (reused; treat as read-only).
     fn checkout<'a>(&'a self, url: &'a RepoUrl, commit: &'a Commit) -> BoxFuture<'a, Result<PathBuf, SourceError>>;
+
+    /// The repository paths that differ between the trees of `from` and `to` (both must be in the
+    /// cache; no network). Added, deleted, modified and both sides of a rename are listed; more than
+    /// `max` differences answer [`ChangedPaths::TooMany`] so a huge commit costs a bounded walk.
+    fn changed_paths<'a>(
+        &'a self,
+        url: &'a RepoUrl,
+        from: &'a Commit,
+        to: &'a Commit,
+        max: usize,
+    ) -> BoxFuture<'a, Result<ChangedPaths, SourceError>>;
 
     /// Checks that the commit carries a valid OpenPGP signature by one of `armored_keys`.
     fn verify_commit<'a>(

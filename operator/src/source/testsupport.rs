@@ -78,6 +78,21 @@ pub struct Server {
     _dir: Option<TempDir>,
 }
 
+/// The request log of the smart-HTTP servers, in their private directory.
+const REQUEST_LOG: &str = "requests.log";
+
+impl Server {
+    /// The smart-HTTP server's requests so far, one `METHOD /path want|-` line each (`want`: the
+    /// request asked for objects, i.e. a fetch); empty for other servers.
+    pub fn requests(&self) -> Vec<String> {
+        self._dir
+            .as_ref()
+            .and_then(|d| std::fs::read_to_string(d.path().join(REQUEST_LOG)).ok())
+            .map(|log| log.lines().map(str::to_string).collect())
+            .unwrap_or_default()
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -284,6 +299,11 @@ class H(BaseHTTPRequestHandler):
         path, _, query = self.path.partition("?")
         n = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(n) if n else b""
+        log = os.environ.get("CAPSTAN_TEST_REQUEST_LOG")
+        if log:
+            # One line per request: method, path, and whether it asked for objects (a fetch).
+            with open(log, "a") as f:
+                f.write("%s %s %s\n" % (self.command, path, "want" if b"want " in body else "-"))
         env = {"PATH": os.environ.get("PATH", ""), "GIT_PROJECT_ROOT": root, "GIT_HTTP_EXPORT_ALL": "1",
                "PATH_INFO": path, "QUERY_STRING": query, "REQUEST_METHOD": self.command,
                "CONTENT_TYPE": self.headers.get("Content-Type", ""), "CONTENT_LENGTH": str(len(body)),
@@ -459,6 +479,7 @@ fn start_http_with(
         .args(tls.map(tls_args).unwrap_or_default())
         .env("CAPSTAN_TEST_BIND", std::net::Ipv4Addr::from(host).to_string())
         .env("CAPSTAN_TEST_ELSEWHERE", elsewhere.unwrap_or_default())
+        .env("CAPSTAN_TEST_REQUEST_LOG", dir.path().join(REQUEST_LOG))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())

@@ -28,11 +28,13 @@ use crate::controllers::git_access::{credentials, fetch, matching_repository};
 use crate::controllers::notifier::{owner_key, url_key};
 use crate::controllers::repository::sanitize;
 use crate::controllers::Context;
+use crate::api::labels::MANIFEST_GENERATE_PATHS_ANNOTATION;
+use crate::render::reads::{self, Verdict};
 use crate::render::{
     DirectoryOptions, HelmFileParameter, HelmOptions, HelmParameter, KustomizeOptions, KustomizePatch,
     KustomizeReplica, RenderOutput, RenderRequest, SourceOptions, Tool,
 };
-use crate::source::{Commit, RepoUrl, Revision, SourceError};
+use crate::source::{ChangedPaths, Commit, RepoUrl, Revision, SourceError};
 
 /// A source at a resolved commit, checked out.
 #[derive(Clone, Debug)]
@@ -185,10 +187,61 @@ pub async fn render(
         limits: Default::default(),
         binaries: ctx.render_binaries(),
     };
-    ctx.renderer()
-        .render(&req, hard)
-        .await
+    let previous = app
+        .status
+        .as_ref()
+        .and_then(|s| s.sync.as_ref())
+        .and_then(|s| s.revision.clone());
+    let reusable = |earlier: Arc<RenderOutput>| reusable(ctx, app, source, previous.clone(), resolved, earlier);
+    let rendered = ctx
+        .renderer()
+        .render_since(&req, hard, previous.as_deref(), reusable)
+        .await;
+    let result = rendered.as_ref().map_or("failed", |(_, served)| served.as_str());
+    ctx.metrics.renders.with_label_values(&[result]).inc();
+    rendered
+        .map(|(output, _)| output)
         .map_err(|e| Problem::from_render(&e))
+}
+
+/// Bound on the paths one commit range may change before every Application re-renders: a larger
+/// diff costs more to match than the renders it would save.
+const MAX_CHANGED_PATHS: usize = 10_000;
+
+/// Whether the render `earlier` (at `previous`) stays valid at the resolved commit: the changed
+/// paths between the two commits, read from the Git cache, matched against what the render read
+/// (or the `manifest-generate-paths` annotation). Anything unknown answers "render again".
+async fn reusable(
+    ctx: &Context,
+    app: &Application,
+    source: &ApplicationSource,
+    previous: Option<String>,
+    resolved: &Resolved,
+    earlier: Arc<RenderOutput>,
+) -> bool {
+    let (Some(previous), Ok(url)) = (previous, RepoUrl::parse(&source.repo_url)) else {
+        return false;
+    };
+    let (Ok(from), Ok(to)) = (Commit::parse(&previous), Commit::parse(&resolved.commit)) else {
+        return false;
+    };
+    let changed = match ctx.git.changed_paths(&url, &from, &to, MAX_CHANGED_PATHS).await {
+        Ok(ChangedPaths::Paths(paths)) => Some(paths),
+        Ok(ChangedPaths::TooMany) => None,
+        Err(e) => {
+            tracing::debug!(error = %e, "changed paths unknown; rendering again");
+            None
+        }
+    };
+    let annotation = app
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(MANIFEST_GENERATE_PATHS_ANNOTATION));
+    let app_path = source.path.as_deref().unwrap_or_default();
+    let verdict = reads::decide(&earlier.reads, annotation.map(String::as_str), app_path, changed.as_deref());
+    tracing::debug!(from = %from, to = %to, ?verdict, "render reuse decided");
+    verdict == Verdict::Unchanged
 }
 
 /// The status `sourceType` of a render tool.
