@@ -22,9 +22,11 @@ fn config_map(name: &str, value: &str) -> String {
 /// The repository's files: every Application at `value`.
 fn write_tree(env: &AppEnv) {
     for app in DIRECTORY_APPS.iter().chain([&ANNOTATED_APP]) {
-        env.repo.write(&format!("apps/{app}/cm.yaml"), &config_map(&format!("cm-{app}"), "1"));
+        env.repo
+            .write(&format!("apps/{app}/cm.yaml"), &config_map(&format!("cm-{app}"), "1"));
     }
-    env.repo.write("base/shared/kustomization.yaml", "resources:\n- cm.yaml\n");
+    env.repo
+        .write("base/shared/kustomization.yaml", "resources:\n- cm.yaml\n");
     env.repo.write("base/shared/cm.yaml", &config_map("shared", "1"));
     for app in KUSTOMIZE_APPS {
         env.repo.write(
@@ -32,7 +34,8 @@ fn write_tree(env: &AppEnv) {
             &format!("namePrefix: {app}-\nresources:\n- ../../base/shared\n"),
         );
     }
-    env.repo.write("config/README", "read by the annotated Application only\n");
+    env.repo
+        .write("config/README", "read by the annotated Application only\n");
 }
 
 fn all_apps() -> Vec<&'static str> {
@@ -87,12 +90,21 @@ async fn a_commit_re_renders_only_the_applications_whose_paths_it_touched() {
     })])
     .await;
     for app in DIRECTORY_APPS {
-        env.create_app(app, &format!("apps/{app}"), automated(true, false)).await;
+        env.create_app(app, &format!("apps/{app}"), automated(true, false))
+            .await;
     }
     for app in KUSTOMIZE_APPS {
-        env.create_app(app, &format!("overlays/{app}"), automated(true, false)).await;
+        env.create_app(app, &format!("overlays/{app}"), automated(true, false))
+            .await;
     }
-    let mut annotated = application(&env.ns, ANNOTATED_APP, &env.repo.url(), "apps/ann", &env.ns, automated(true, false));
+    let mut annotated = application(
+        &env.ns,
+        ANNOTATED_APP,
+        &env.repo.url(),
+        "apps/ann",
+        &env.ns,
+        automated(true, false),
+    );
     annotated["metadata"]["annotations"] = json!({"argocd.argoproj.io/manifest-generate-paths": ".;/config"});
     env.apply(&[annotated]).await;
     all_at(&env, &first).await;

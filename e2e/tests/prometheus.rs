@@ -183,11 +183,8 @@ async fn prometheus_scrapes_the_documented_series_and_evaluates_the_dashboard_an
         "capstan_app_reconcile_duration_seconds_bucket{le=\"+Inf\"} > 0",
     )
     .await;
-    prom.series(
-        "render counter",
-        "capstan_render_total{result=\"rendered\"} > 0",
-    )
-    .await;
+    prom.series("render counter", "capstan_render_total{result=\"rendered\"} > 0")
+        .await;
     for request_type in ["fetch"] {
         let git = prom
             .series(

@@ -393,7 +393,10 @@ async fn http_basic_auth_right_and_wrong_password_and_canary_never_leaks() {
 fn fetches_and_listings(server: &capstan_e2e::git::Server) -> (usize, usize) {
     let log = server.requests();
     let fetches = log.iter().filter(|l| l.ends_with(" want")).count();
-    let listings = log.iter().filter(|l| l.starts_with("GET ") && l.contains("/info/refs")).count();
+    let listings = log
+        .iter()
+        .filter(|l| l.starts_with("GET ") && l.contains("/info/refs"))
+        .count();
     (fetches, listings)
 }
 

@@ -17,7 +17,10 @@ pub(super) const END: &str = "<!-- operator-bench-fanout:end -->";
 
 /// The sum of the `/metrics` samples of `family` whose labels contain `labels` (e.g. `result="rendered"`).
 async fn metric_sum(op: &Operator, family: &str, labels: &str) -> f64 {
-    let text = http_get(op.metrics, "/metrics").await.map(|(_, t)| t).unwrap_or_default();
+    let text = http_get(op.metrics, "/metrics")
+        .await
+        .map(|(_, t)| t)
+        .unwrap_or_default();
     text.lines()
         .filter(|l| l.starts_with(&format!("{family}{{")) && l.contains(labels))
         .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
@@ -53,7 +56,14 @@ pub(super) async fn s5(report: &mut Report) -> anyhow::Result<()> {
     let apps: Vec<Value> = (0..APPS)
         .map(|a| {
             let name = format!("app-{a:04}");
-            application("s5", &name, &repo.url(), &format!("apps/{name}"), "s5-dest", automated(true, false))
+            application(
+                "s5",
+                &name,
+                &repo.url(),
+                &format!("apps/{name}"),
+                "s5-dest",
+                automated(true, false),
+            )
         })
         .collect();
     cluster.create_all(apps).await?;
@@ -68,7 +78,10 @@ pub(super) async fn s5(report: &mut Report) -> anyhow::Result<()> {
     let headers = [("Content-Type", "application/json"), ("Authorization", auth.as_str())];
     let (mut handler, mut applied, mut everyone, mut rendered, mut reused) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let (o0, r0) = (op.cpu(), metric_sum(&op, "capstan_render_total", "result=\"rendered\"").await);
+    let (o0, r0) = (
+        op.cpu(),
+        metric_sum(&op, "capstan_render_total", "result=\"rendered\"").await,
+    );
     for c in 1..=COMMITS {
         let target = format!("cm-{:04}", c * 250);
         let value = c.to_string();
@@ -96,9 +109,13 @@ pub(super) async fn s5(report: &mut Report) -> anyhow::Result<()> {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         applied.push(t0.elapsed().as_secs_f64());
-        wait_apps(&cluster, "s5", Duration::from_millis(250), "S5 all at the new commit", |apps| {
-            apps.iter().filter(|a| text(a, "/status/sync/revision") == sha).count() == APPS
-        })
+        wait_apps(
+            &cluster,
+            "s5",
+            Duration::from_millis(250),
+            "S5 all at the new commit",
+            |apps| apps.iter().filter(|a| text(a, "/status/sync/revision") == sha).count() == APPS,
+        )
         .await?;
         everyone.push(t0.elapsed().as_secs_f64());
         rendered.push(metric_sum(&op, "capstan_render_total", "result=\"rendered\"").await - before.0);
@@ -216,7 +233,10 @@ pub(super) async fn s7(report: &mut Report) -> anyhow::Result<()> {
     ready(REPOS).await?;
     // Steady state: one full interval after the start-up round.
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let (o0, f0) = (op.cpu(), metric_sum(&op, "capstan_git_request_total", "request_type=\"fetch\"").await);
+    let (o0, f0) = (
+        op.cpu(),
+        metric_sum(&op, "capstan_git_request_total", "request_type=\"fetch\"").await,
+    );
     let steady = polls_per_second(&op, INTERVAL).await;
     let cpu = op.cpu() - o0;
     let fetches = metric_sum(&op, "capstan_git_request_total", "request_type=\"fetch\"").await - f0;
@@ -225,7 +245,9 @@ pub(super) async fn s7(report: &mut Report) -> anyhow::Result<()> {
     let rss = format!("{:.0} MiB", op.hwm());
     report.rows.push(Row {
         scenario: "S7".into(),
-        measure: format!("operator CPU per poll, {REPOS} Repositories × 60 s, no ref moving ({polls:.0} polls in 60 s)"),
+        measure: format!(
+            "operator CPU per poll, {REPOS} Repositories × 60 s, no ref moving ({polls:.0} polls in 60 s)"
+        ),
         value: format!("{per_poll_ms:.2} ms"),
         spread: format!("{fetches:.0} fetches"),
         cpu: format!("{cpu:.2} s in 60 s"),

@@ -27,6 +27,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::Api;
 use kube::core::PartialObjectMeta;
@@ -35,7 +36,6 @@ use kube::runtime::events::EventType;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{predicates, watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
-use futures::StreamExt;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use super::error::{Error, KubeStep};
@@ -81,7 +81,10 @@ struct State {
 impl State {
     /// Whether this is the first reconcile of `key` since the process started.
     fn first_reconcile(&self, key: &str) -> bool {
-        self.seen.lock().unwrap_or_else(|p| p.into_inner()).insert(key.to_string())
+        self.seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.to_string())
     }
 
     /// Records a refresh request for `repo`.

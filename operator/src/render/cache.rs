@@ -267,11 +267,13 @@ impl CachingRenderer {
                 tracing::debug!(key = %key.to_hex(), "render cache hit");
                 return Ok((hit, Served::Cached));
             }
-            let earlier = previous.filter(|rev| rev.trim() != req.revision.trim()).and_then(|rev| {
-                let mut before = req.clone();
-                before.revision = rev.to_string();
-                self.cache.get(&CacheKey::compute(&before, tool, &version))
-            });
+            let earlier = previous
+                .filter(|rev| rev.trim() != req.revision.trim())
+                .and_then(|rev| {
+                    let mut before = req.clone();
+                    before.revision = rev.to_string();
+                    self.cache.get(&CacheKey::compute(&before, tool, &version))
+                });
             if let Some(earlier) = earlier {
                 if reusable(Arc::clone(&earlier)).await {
                     self.cache.insert(key, Arc::clone(&earlier));

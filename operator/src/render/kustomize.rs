@@ -731,7 +731,11 @@ fn resolve_option_paths(
 
 /// The directories a build of this application reads (relative to the root): every kustomization
 /// reachable from it and the Application's own components and patch files (see `reads`).
-pub fn read_dirs(location: &AppLocation, options: &KustomizeOptions, limits: &Limits) -> Result<Vec<PathBuf>, RenderError> {
+pub fn read_dirs(
+    location: &AppLocation,
+    options: &KustomizeOptions,
+    limits: &Limits,
+) -> Result<Vec<PathBuf>, RenderError> {
     let (_, component_dirs) = resolve_option_paths(location, options)?;
     let mut dirs = scan(location, &component_dirs, limits)?.touched;
     for path in options.patches.iter().filter_map(|p| p.path.as_deref()) {

@@ -105,10 +105,7 @@ pub fn decide(reads: &ReadSet, generate_paths: Option<&str>, app_path: &str, cha
             None => reads.paths.iter().map(|p| ReadPattern::Path(p.clone())).collect(),
         },
     };
-    match changed
-        .iter()
-        .find(|file| patterns.iter().any(|p| p.matches(file)))
-    {
+    match changed.iter().find(|file| patterns.iter().any(|p| p.matches(file))) {
         Some(file) => Verdict::Render(format!("{file} changed")),
         None => Verdict::Unchanged,
     }
@@ -177,18 +174,41 @@ fn detect_paths(req: &RenderRequest, location: &AppLocation, tool: Tool) -> Resu
             for file in helm::resolve_value_files(location, &options, &req.limits)? {
                 found.push(rel(&file));
             }
+            // Also the spelled paths: a missing file (`ignoreMissingValueFiles`) read once it is
+            // added, and the directory a glob lists (a new match is a change inside it).
+            for raw in &options.value_files {
+                found.push(spelled(location, glob_free_prefix(raw), AbsolutePaths::RootRelative)?);
+            }
             for (_, file) in helm::resolve_file_parameters(location, &options, &req.limits)? {
                 found.push(rel(&file));
             }
         }
         Tool::Kustomize => {
             let options = req.source.kustomize.clone().unwrap_or_default();
+            // A component missing today (`ignoreMissingComponents`) is read once it is added.
+            for raw in &options.components {
+                found.push(spelled(location, raw, AbsolutePaths::Reject)?);
+            }
             for dir in kustomize::read_dirs(location, &options, &req.limits)? {
                 found.push(dir.to_string_lossy().into_owned());
             }
         }
     }
     Ok(found)
+}
+
+/// `raw`, relative to the application path, as a repository path (lexically; it need not exist).
+fn spelled(location: &AppLocation, raw: &str, absolute: AbsolutePaths) -> Result<String, RenderError> {
+    let joined = paths::join_lexically(&location.app_rel, raw, absolute)?;
+    Ok(joined.to_string_lossy().into_owned())
+}
+
+/// The segments of `raw` before its first glob segment (`env/*.yaml` → `env`). Pure.
+fn glob_free_prefix(raw: &str) -> &str {
+    match raw.find(['*', '?', '[', '{']) {
+        Some(at) => raw[..at].rfind('/').map_or("", |slash| &raw[..slash]),
+        None => raw,
+    }
 }
 
 /// The first symlink under the read paths whose target lies outside all of them (the render reads
@@ -201,7 +221,9 @@ fn symlink_out_of(location: &AppLocation, reads: &[String], max_entries: usize) 
         if seen > max_entries {
             return Some("a read directory with too many entries".into());
         }
-        let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
         if meta.file_type().is_symlink() {
             let target = std::fs::canonicalize(&path).ok();
             let inside = target
@@ -237,9 +259,14 @@ mod tests {
 
     #[test]
     fn read_sets_are_normalized() {
-        assert_eq!(set(&["apps/a/", "./apps/a/sub", "base", "base/x.yaml"]).paths, ["apps/a", "base"]);
+        assert_eq!(
+            set(&["apps/a/", "./apps/a/sub", "base", "base/x.yaml"]).paths,
+            ["apps/a", "base"]
+        );
         assert_eq!(set(&[".", "apps/a"]).paths, [""]);
-        assert!(ReadSet::certain((0..=MAX_READ_PATHS).map(|i| format!("p{i}"))).uncertain.is_some());
+        assert!(ReadSet::certain((0..=MAX_READ_PATHS).map(|i| format!("p{i}")))
+            .uncertain
+            .is_some());
     }
 
     #[test]
@@ -257,10 +284,25 @@ mod tests {
             ("another value file", None, &["values/dev.yaml"], false),
             ("no change at all", None, &[], false),
             ("annotation `.` is the app path", Some("."), &["apps/a/x.yaml"], true),
-            ("annotation replaces detection", Some("."), &["base/common/k.yaml"], false),
-            ("annotation relative path", Some("../shared"), &["apps/shared/cm.yaml"], true),
+            (
+                "annotation replaces detection",
+                Some("."),
+                &["base/common/k.yaml"],
+                false,
+            ),
+            (
+                "annotation relative path",
+                Some("../shared"),
+                &["apps/shared/cm.yaml"],
+                true,
+            ),
             ("annotation absolute path", Some("/global;."), &["global/cm.yaml"], true),
-            ("annotation absolute misses", Some("/global"), &["apps/a/cm.yaml"], false),
+            (
+                "annotation absolute misses",
+                Some("/global"),
+                &["apps/a/cm.yaml"],
+                false,
+            ),
             ("annotation glob", Some("/env/*.yaml"), &["env/prod.yaml"], true),
             ("annotation empty entries", Some(" ; .;"), &["apps/a/cm.yaml"], true),
             ("annotation escaping the repository", Some("../../.."), &["x"], true),
@@ -283,7 +325,10 @@ mod tests {
     #[test]
     fn kustomize_bases_and_components_are_found_recursively() {
         let files = [
-            ("overlays/prod/kustomization.yaml", "resources: [../../base/app]\ncomponents: [../../components/x]\n"),
+            (
+                "overlays/prod/kustomization.yaml",
+                "resources: [../../base/app]\ncomponents: [../../components/x]\n",
+            ),
             ("base/app/kustomization.yaml", "resources: [../common, deploy.yaml]\n"),
             ("base/app/deploy.yaml", "kind: ConfigMap\n"),
             ("base/common/kustomization.yaml", "resources: [cm.yaml]\n"),
@@ -293,7 +338,10 @@ mod tests {
         ];
         let reads = detected(&files, "overlays/prod", Tool::Kustomize, Default::default());
         assert_eq!(reads.uncertain, None);
-        assert_eq!(reads.paths, ["base/app", "base/common", "components/x", "overlays/prod"]);
+        assert_eq!(
+            reads.paths,
+            ["base/app", "base/common", "components/x", "overlays/prod"]
+        );
     }
 
     #[test]
@@ -311,18 +359,40 @@ mod tests {
         };
         let reads = detected(&files, "charts/web", Tool::Helm, source);
         assert_eq!(reads.paths, ["charts/web", "envs/prod/values.yaml"]);
+        // A missing file that may be ignored, and a glob's directory, count as read too.
+        let source = crate::render::SourceOptions {
+            helm: Some(crate::render::HelmOptions {
+                value_files: vec!["/envs/prod/*.yaml".into(), "/envs/later.yaml".into()],
+                ignore_missing_value_files: true,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let reads = detected(&files, "charts/web", Tool::Helm, source);
+        assert_eq!(reads.paths, ["charts/web", "envs/later.yaml", "envs/prod"]);
+        assert_eq!(glob_free_prefix("a/b*/c"), "a");
+        assert_eq!(glob_free_prefix("*.yaml"), "");
     }
 
     #[test]
     fn a_symlink_out_of_the_paths_read_makes_the_set_uncertain() {
         use crate::render::testutil::{request, write_files};
         let tmp = tempfile::tempdir().unwrap();
-        write_files(tmp.path(), &[("app/cm.yaml", "kind: ConfigMap\n"), ("shared/x.yaml", "kind: ConfigMap\n")]);
+        write_files(
+            tmp.path(),
+            &[
+                ("app/cm.yaml", "kind: ConfigMap\n"),
+                ("shared/x.yaml", "kind: ConfigMap\n"),
+            ],
+        );
         std::os::unix::fs::symlink("../shared/x.yaml", tmp.path().join("app/x.yaml")).unwrap();
         let req = request(tmp.path(), "app", Default::default());
         let location = crate::render::locate_app(&req).unwrap();
         let reads = detect(&req, &location, Tool::Directory);
-        assert!(reads.uncertain.as_deref().is_some_and(|r| r.contains("app/x.yaml")), "{reads:?}");
+        assert!(
+            reads.uncertain.as_deref().is_some_and(|r| r.contains("app/x.yaml")),
+            "{reads:?}"
+        );
         // Inside the paths read, a symlink is harmless.
         std::fs::remove_file(tmp.path().join("app/x.yaml")).unwrap();
         std::os::unix::fs::symlink("cm.yaml", tmp.path().join("app/y.yaml")).unwrap();

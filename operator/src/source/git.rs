@@ -25,8 +25,8 @@ use git2::{
     RemoteUpdateFlags,
 };
 
-use super::diff::{changed_paths_blocking, memo_key, DiffMemo};
 use super::cache::{io_err, open_or_init_bare, Cache};
+use super::diff::{changed_paths_blocking, memo_key, DiffMemo};
 use super::http::{self, HttpFailure, HttpLimits, HttpSettings};
 use super::known_hosts::{self, HostKeyCheck, KnownHost};
 use super::url::{strip_userinfo_and_query, RepoUrl, Transport};
@@ -226,7 +226,9 @@ impl GitSource for Git2Source {
             }
             let (f, t) = (from.clone(), to.clone());
             let changed = self
-                .run_blocking(url, self.deadline(), move || changed_paths_blocking(&repo_dir, &f, &t, max))
+                .run_blocking(url, self.deadline(), move || {
+                    changed_paths_blocking(&repo_dir, &f, &t, max)
+                })
                 .await?;
             self.diffs.put(key, changed.clone());
             Ok(changed)

@@ -686,3 +686,38 @@ mod pgp_support {
         oid
     }
 }
+
+#[tokio::test]
+async fn changed_paths_compare_the_trees_of_two_cached_commits_within_a_bound() {
+    use super::ChangedPaths;
+    let fx = ts::Fixture::new();
+    let (_d, src) = source();
+    let u = url(&fx.file_url());
+    fetch_resolve(&src, &u, &Credentials::default(), "main")
+        .await
+        .expect("fetch");
+    let commit = |oid: git2::Oid| Commit::parse(&oid.to_string()).expect("sha");
+    let (c1, c2, f1) = (commit(fx.c1), commit(fx.c2), commit(fx.f1));
+    let paths = |p: &[&str]| ChangedPaths::Paths(p.iter().map(|s| s.to_string()).collect());
+    assert_eq!(
+        src.changed_paths(&u, &c1, &c2, 10).await.unwrap(),
+        paths(&["app/cm.yaml"])
+    );
+    // Asked again (every Application of a monorepo asks): the same answer.
+    assert_eq!(
+        src.changed_paths(&u, &c1, &c2, 10).await.unwrap(),
+        paths(&["app/cm.yaml"])
+    );
+    // A deleted and an added file are both listed; beyond the bound the answer is "too many".
+    assert_eq!(
+        src.changed_paths(&u, &c2, &f1, 10).await.unwrap(),
+        paths(&["app/cm.yaml", "feature.txt"])
+    );
+    assert_eq!(src.changed_paths(&u, &c2, &f1, 1).await.unwrap(), ChangedPaths::TooMany);
+    assert_eq!(src.changed_paths(&u, &c2, &c2, 10).await.unwrap(), paths(&[]));
+    let absent = Commit::parse(&"1".repeat(40)).expect("sha");
+    assert!(matches!(
+        src.changed_paths(&u, &c1, &absent, 10).await,
+        Err(SourceError::NotFound(_))
+    ));
+}

@@ -23,12 +23,12 @@ use kube::ResourceExt;
 use super::status::{Problem, ProblemKind};
 use super::State;
 use crate::api::application::{ApplicationSource, ApplicationSourceType};
+use crate::api::labels::MANIFEST_GENERATE_PATHS_ANNOTATION;
 use crate::api::{Application, Repository};
 use crate::controllers::git_access::{credentials, fetch, matching_repository};
 use crate::controllers::notifier::{owner_key, url_key};
 use crate::controllers::repository::sanitize;
 use crate::controllers::Context;
-use crate::api::labels::MANIFEST_GENERATE_PATHS_ANNOTATION;
 use crate::render::reads::{self, Verdict};
 use crate::render::{
     DirectoryOptions, HelmFileParameter, HelmOptions, HelmParameter, KustomizeOptions, KustomizePatch,
@@ -199,9 +199,7 @@ pub async fn render(
         .await;
     let result = rendered.as_ref().map_or("failed", |(_, served)| served.as_str());
     ctx.metrics.renders.with_label_values(&[result]).inc();
-    rendered
-        .map(|(output, _)| output)
-        .map_err(|e| Problem::from_render(&e))
+    rendered.map(|(output, _)| output).map_err(|e| Problem::from_render(&e))
 }
 
 /// Bound on the paths one commit range may change before every Application re-renders: a larger
@@ -239,7 +237,12 @@ async fn reusable(
         .as_ref()
         .and_then(|a| a.get(MANIFEST_GENERATE_PATHS_ANNOTATION));
     let app_path = source.path.as_deref().unwrap_or_default();
-    let verdict = reads::decide(&earlier.reads, annotation.map(String::as_str), app_path, changed.as_deref());
+    let verdict = reads::decide(
+        &earlier.reads,
+        annotation.map(String::as_str),
+        app_path,
+        changed.as_deref(),
+    );
     tracing::debug!(from = %from, to = %to, ?verdict, "render reuse decided");
     verdict == Verdict::Unchanged
 }

@@ -129,8 +129,14 @@ mod tests {
         assert_eq!(slot_phase(1, 4, MINUTE), Duration::from_secs(15));
         assert_eq!(slot_phase(9, 4, MINUTE), Duration::from_secs(45), "rank clamped");
         // A poll right before the slot waits for the following one (at least a quarter interval).
-        assert_eq!(until_slot(Duration::from_secs(10), MINUTE, 9_000), Duration::from_secs(61));
-        assert_eq!(until_slot(Duration::from_secs(10), MINUTE, 11_000), Duration::from_secs(59));
+        assert_eq!(
+            until_slot(Duration::from_secs(10), MINUTE, 9_000),
+            Duration::from_secs(61)
+        );
+        assert_eq!(
+            until_slot(Duration::from_secs(10), MINUTE, 11_000),
+            Duration::from_secs(59)
+        );
     }
 
     #[test]
