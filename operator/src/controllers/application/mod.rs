@@ -2,9 +2,8 @@
 //! destination, converges it in sync waves, and reports Argo CD-shaped status.
 //!
 //! # Reconcile
-//! `reconcile` = finalizer dispatch: an Application being deleted with a cascade or deletion-hook
-//! finalizer goes to the cleanup ([`deletion`], [`delete_hooks`]); anything else runs the pipeline, as
-//! named steps:
+//! `reconcile` = finalizer dispatch: an Application being deleted goes to the cascade deletion, a
+//! pipeline of its own ([`deletion`]); anything else runs the pipeline, as named steps:
 //!
 //! 1. **destination** (client): `spec.destination` → a cluster connection; `spec.namespaces` of the
 //!    Cluster enforced (a namespace outside it refuses the sync with `InvalidSpecError`);
@@ -52,7 +51,6 @@
 pub mod auto_sync;
 pub mod choice;
 pub mod compare;
-pub mod delete_hooks;
 pub mod deletion;
 pub mod dependencies;
 pub mod executor;
@@ -63,7 +61,6 @@ pub mod status;
 pub mod sync;
 pub mod validation;
 
-mod cleanup;
 mod pipeline;
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use super::findings::{AppEvent, Findings, ERROR_REQUEUE, RECOMPARE_REQUEUE, WAIT
 use super::identity;
 use super::status::{self, Problem};
 use super::sync::{self, StepArgs, StepResult};
-use super::{auto_sync, cleanup, delete_hooks, dependencies, peers, periodic, requeue, source, State};
+use super::{auto_sync, deletion, dependencies, peers, periodic, requeue, source, State};
 use crate::api::application::{
     ApplicationSource, ApplicationStatus, Operation, OperationPhase, OperationState, ResultCode, SyncStatusCode,
 };
@@ -36,7 +36,7 @@ use super::executor::Owner;
 pub async fn reconcile(app: Arc<Application>, ctx: Arc<Context>, state: Arc<State>) -> Result<Action, Error> {
     let started = Instant::now();
     let result = if app.metadata.deletion_timestamp.is_some() {
-        cleanup::cleanup(&app, &ctx, &state).await
+        deletion::cleanup(&app, &ctx, &state).await
     } else {
         Pipeline::new(&app, &ctx, &state)?.run().await
     };
@@ -220,7 +220,7 @@ impl<'a> Pipeline<'a> {
         self.timings.mark("render");
         match rendered {
             Ok(r) => {
-                if let Err(e) = delete_hooks::ensure_finalizers(&self.api, self.app, &r.objects).await {
+                if let Err(e) = deletion::finalizers::ensure_finalizers(&self.api, self.app, &r.objects).await {
                     tracing::warn!(error = %e, "adding the deletion-hook finalizers failed; retried next reconcile");
                 }
                 Some(r)

@@ -1,23 +1,18 @@
-//! PreDelete and PostDelete hooks against the cluster: the finalizers that hold an alive Application
-//! for them, and one step of a stage during deletion. What a stage is and when it is done is decided
-//! by `engine::plan::delete_hooks` (pure); this module creates the hooks, deletes them when the stage
-//! is done, and patches the finalizers.
+//! PreDelete and PostDelete hooks against the cluster: one step of a hook stage. What a stage is and
+//! when it is done is decided by `engine::plan::delete_hooks` (pure); this module creates the hooks
+//! and deletes them once the stage is done.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::api::Patch;
-use kube::{Api, ResourceExt};
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use crate::api::Application;
 use crate::cluster::ops::{self, ApplyOptions, Propagation};
 use crate::cluster::{app_instance_id, ClusterError, ClusterHandle};
-use crate::controllers::status::patch_params;
 use crate::engine::object;
-use crate::engine::plan::delete_hooks::{judge, missing_finalizers, stage_hooks, Stage, Verdict};
+use crate::engine::plan::delete_hooks::{judge, stage_hooks, Stage, Verdict};
 
-use super::compare::{self, with_tracking};
+use crate::controllers::application::compare::{self, with_tracking};
 
 /// Requeue while hooks run (their changes also wake the Application through the live cache).
 pub const HOOK_POLL: Duration = Duration::from_secs(2);
@@ -33,44 +28,6 @@ pub enum StageStep {
     Waiting,
     /// A hook failed or cannot run.
     Failed(String),
-}
-
-/// Adds the finalizers for the deletion stages `desired` has hooks for (a JSON patch guarded by the
-/// finalizers read, so a concurrent change is a conflict retried by the next reconcile).
-pub async fn ensure_finalizers(
-    api: &Api<Application>,
-    app: &Application,
-    desired: &[Value],
-) -> Result<(), kube::Error> {
-    let missing = missing_finalizers(desired, app.finalizers());
-    if missing.is_empty() {
-        return Ok(());
-    }
-    let mut wanted: Vec<String> = app.finalizers().to_vec();
-    wanted.extend(missing.iter().map(|f| f.to_string()));
-    patch_finalizers(api, app, &wanted).await
-}
-
-/// Sets `metadata.finalizers` to `wanted`, guarded by the finalizers `app` carries.
-pub async fn patch_finalizers(api: &Api<Application>, app: &Application, wanted: &[String]) -> Result<(), kube::Error> {
-    let current = app.finalizers();
-    let ops = if current.is_empty() {
-        json!([{"op": "add", "path": "/metadata/finalizers", "value": wanted}])
-    } else {
-        json!([
-            {"op": "test", "path": "/metadata/finalizers", "value": current},
-            {"op": "replace", "path": "/metadata/finalizers", "value": wanted},
-        ])
-    };
-    let patch: json_patch::Patch = serde_json::from_value(ops).map_err(kube::Error::SerdeError)?;
-    match api
-        .patch(&app.name_any(), &patch_params(), &Patch::Json::<()>(patch))
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(e),
-    }
 }
 
 /// One step of `stage` for the Application `app_ns/app_name`: creates the hooks not seen live yet
@@ -117,7 +74,7 @@ pub async fn advance(
 /// Deletes the hooks of a finished stage; failures are logged (the stage is over either way).
 pub async fn delete_hooks(cluster: &ClusterHandle, hooks: &[Arc<Value>]) {
     for hook in hooks {
-        if let Err(e) = super::deletion::delete_live(cluster, hook, Propagation::Background).await {
+        if let Err(e) = super::delete::delete_live(cluster, hook, Propagation::Background).await {
             let (ns, name) = (object::namespace(hook), object::name(hook));
             tracing::warn!(error = %e, namespace = ns, name, "a completed deletion hook could not be deleted");
         }
