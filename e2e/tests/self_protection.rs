@@ -1,8 +1,10 @@
 //! Self-protection end to end: the guards of `engine::protect` hold against a real prune and a real
 //! cascade deletion. A CustomResourceDefinition, a `capstan.dev` CRD, the operator's namespace, the
-//! Application itself, `Delete=false` and `helm.sh/resource-policy: keep` objects stay; everything
-//! else goes; a held prune is reported in the `ProtectedResourceWarning` condition, a held cascade
-//! delete in a `DeletionGuarded` Event.
+//! Application itself, `Delete=false` and `helm.sh/resource-policy: keep` objects
+//! stay; everything else goes; a held prune is reported in the `ProtectedResourceWarning` condition,
+//! a held cascade delete in a `DeletionGuarded` Event. Upgrades by commit: a CRD that drops a stored
+//! version refuses the whole sync, and a CRD change goes to the API server before the Deployment of
+//! the same commit.
 
 use capstan_e2e::capstan::{
     application, automated, condition, events_about, get_object, sync_result_entry, text, workspace_root, AppEnv,
@@ -12,14 +14,26 @@ use capstan_e2e::fixtures::to_yaml;
 use serde_json::{json, Value};
 
 fn crd(group: &str, plural: &str, kind: &str) -> Value {
+    crd_versions(group, plural, kind, &["v1"], json!([]))
+}
+
+/// A CRD serving `versions` (the first one is the storage version), with printer `columns`.
+fn crd_versions(group: &str, plural: &str, kind: &str, versions: &[&str], columns: Value) -> Value {
+    let versions: Vec<Value> = versions
+        .iter()
+        .map(|v| {
+            json!({"name": v, "served": true, "storage": *v == versions[0],
+                   "additionalPrinterColumns": columns,
+                   "schema": {"openAPIV3Schema": {"type": "object",
+                              "x-kubernetes-preserve-unknown-fields": true}}})
+        })
+        .collect();
     json!({
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
         "metadata": {"name": format!("{plural}.{group}")},
         "spec": {"group": group, "scope": "Namespaced",
                  "names": {"plural": plural, "singular": kind.to_lowercase(), "kind": kind},
-                 "versions": [{"name": "v1", "served": true, "storage": true,
-                               "schema": {"openAPIV3Schema": {"type": "object",
-                                          "x-kubernetes-preserve-unknown-fields": true}}}]}
+                 "versions": versions}
     })
 }
 
@@ -179,4 +193,60 @@ async fn cascade_deletion_leaves_guarded_objects_and_says_so() {
             "{guard} in {guarded:?}"
         );
     }
+}
+
+/// A config map with `data.k: value`.
+fn marker(value: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "marker"}, "data": {"k": value}})
+}
+
+/// A commit whose CRD drops the version its live object stores is refused as a whole: `SyncError`
+/// with reason `StoredVersionRemoved` names the CRD and the version, an Event says so, and nothing of
+/// the commit is applied (the ConfigMap beside it keeps its old data).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crd_dropping_a_stored_version_is_refused_before_anything_is_applied() {
+    let env = AppEnv::start("storedver").await;
+    let widgets = |versions: &[&str]| crd_versions("example.com", "widgets", "Widget", versions, json!([]));
+    env.repo
+        .write("app/objects.yaml", &to_yaml(&[widgets(&["v1"]), marker("one")]));
+    env.repo.commit("widgets v1").await;
+    env.create_app("crds", "app", automated(true, false)).await;
+    env.wait_synced_healthy("crds").await;
+    let client = env.client().await;
+    let live = get_object(&client, "", "CustomResourceDefinition", "widgets.example.com")
+        .await
+        .expect("the CRD");
+    assert_eq!(
+        live["status"]["storedVersions"],
+        json!(["v1"]),
+        "the API server keeps storedVersions"
+    );
+
+    env.repo
+        .write("app/objects.yaml", &to_yaml(&[widgets(&["v2"]), marker("two")]));
+    env.repo.commit("widgets v2 only").await;
+    env.refresh("crds", "normal").await;
+    let app = env
+        .wait_app("crds", "the sync is refused", |a| {
+            condition(a, "SyncError").is_some_and(|c| text(c, "/reason") == "StoredVersionRemoved")
+        })
+        .await;
+    let message = text(condition(&app, "SyncError").expect("condition"), "/message").to_owned();
+    assert!(
+        message.contains("CustomResourceDefinition widgets.example.com drops version(s) v1"),
+        "{message}"
+    );
+    let live = get_object(&client, "", "CustomResourceDefinition", "widgets.example.com")
+        .await
+        .expect("the CRD");
+    assert_eq!(live["spec"]["versions"][0]["name"], "v1", "the CRD was not updated");
+    let cm = env.must_get("ConfigMap", "marker").await;
+    assert_eq!(cm["data"]["k"], "one", "nothing of the refused commit was applied");
+    let events = events_about(&client, &env.ns, "Application", "crds").await;
+    assert!(
+        events
+            .iter()
+            .any(|(_, reason, note)| reason == "SyncError" && note.contains("storedVersions")),
+        "{events:?}"
+    );
 }

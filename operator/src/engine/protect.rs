@@ -12,6 +12,10 @@
 //! guard holds it. The sync planner asks before every prune, the cascade deletion before every
 //! delete, and the comparison leaves the Application itself out of its own health. A held object
 //! is left in place; the caller reports the guard's [`Guard::name`] in a condition and an Event.
+//!
+//! One more rule guards an upgrade rather than a removal: a sync whose CRD drops a version still
+//! listed in the live CRD's `status.storedVersions` is refused as a whole before anything is written
+//! ([`stored_versions_refusal`], reason [`REASON_STORED_VERSION_REMOVED`]).
 
 use serde_json::Value;
 
@@ -147,6 +151,61 @@ fn cascade_opt_out(obj: &Value) -> Option<Guard> {
     keep.then_some(Guard::HelmKeep)
 }
 
+/// The condition reason of a sync refused because a CRD drops a stored version.
+pub const REASON_STORED_VERSION_REMOVED: &str = "StoredVersionRemoved";
+
+/// The versions the live CRD's `status.storedVersions` lists that the `desired` CRD no longer has in
+/// `spec.versions`. Objects of such a version still sit in etcd; the API server refuses the update
+/// anyway, and a cluster that took it would leave those objects unreadable. The way out is the
+/// documented migration: rewrite the stored objects, then remove the version from `storedVersions`.
+pub fn dropped_stored_versions(desired: &Value, live: &Value) -> Vec<String> {
+    let versions: Vec<&str> = desired
+        .pointer("/spec/versions")
+        .and_then(Value::as_array)
+        .map(|vs| {
+            vs.iter()
+                .filter_map(|v| v.get("name").and_then(Value::as_str))
+                .collect()
+        })
+        .unwrap_or_default();
+    live.pointer("/status/storedVersions")
+        .and_then(Value::as_array)
+        .map(|stored| {
+            stored
+                .iter()
+                .filter_map(Value::as_str)
+                .filter(|v| !versions.contains(v))
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The refusal of a sync whose desired CRDs (paired with their live objects) drop a stored version:
+/// one sentence naming every such CRD and version, or `None` when the sync may go on.
+pub fn stored_versions_refusal<'v>(pairs: impl IntoIterator<Item = (&'v Value, &'v Value)>) -> Option<String> {
+    let dropped: Vec<String> = pairs
+        .into_iter()
+        .filter_map(|(desired, live)| {
+            let versions = dropped_stored_versions(desired, live);
+            (!versions.is_empty()).then(|| {
+                format!(
+                    "CustomResourceDefinition {} drops version(s) {} still listed in status.storedVersions",
+                    object::name(desired),
+                    versions.join(", ")
+                )
+            })
+        })
+        .collect();
+    (!dropped.is_empty()).then(|| {
+        format!(
+            "{}: nothing of this sync was applied; migrate the stored objects to a served version and remove \
+             the old one from status.storedVersions first",
+            dropped.join("; ")
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::{json, Value};
@@ -237,5 +296,54 @@ mod tests {
         let m = Guard::CapstanCrd.message(&crd("applications.capstan.dev", "capstan.dev"));
         assert!(m.starts_with("guard CapstanCRD held "), "{m}");
         assert!(m.contains("applications.capstan.dev"), "{m}");
+    }
+
+    #[test]
+    fn a_crd_may_not_drop_a_stored_version() {
+        let versions = |names: &[&str]| -> Value {
+            names
+                .iter()
+                .map(|n| json!({"name": n, "served": true, "storage": *n == names[0]}))
+                .collect()
+        };
+        let desired = |names: &[&str]| {
+            let mut c = crd("widgets.example.com", "example.com");
+            c["spec"]["versions"] = versions(names);
+            c
+        };
+        let live = |stored: &[&str]| {
+            let mut c = desired(&["v1"]);
+            c["status"] = json!({"storedVersions": stored});
+            c
+        };
+        // (desired versions, live storedVersions, dropped)
+        let table: [(&[&str], &[&str], &[&str]); 6] = [
+            (&["v1"], &["v1"], &[]),
+            (&["v2", "v1"], &["v1"], &[]),
+            (&["v2"], &["v1"], &["v1"]),
+            (&["v2"], &["v1", "v2"], &["v1"]),
+            (&["v3"], &["v1", "v2"], &["v1", "v2"]),
+            (&["v2"], &[], &[]),
+        ];
+        for (wanted, stored, dropped) in table {
+            assert_eq!(
+                dropped_stored_versions(&desired(wanted), &live(stored)),
+                dropped,
+                "{wanted:?} over {stored:?}"
+            );
+        }
+        assert_eq!(
+            dropped_stored_versions(&desired(&["v2"]), &desired(&["v1"])),
+            Vec::<String>::new(),
+            "no status"
+        );
+        let (bad, good) = ((desired(&["v2"]), live(&["v1"])), (desired(&["v1"]), live(&["v1"])));
+        assert_eq!(stored_versions_refusal([(&good.0, &good.1)]), None);
+        let refusal = stored_versions_refusal([(&good.0, &good.1), (&bad.0, &bad.1)]).expect("refused");
+        assert!(
+            refusal.starts_with("CustomResourceDefinition widgets.example.com drops version(s) v1 "),
+            "{refusal}"
+        );
+        assert!(refusal.contains("nothing of this sync was applied"), "{refusal}");
     }
 }

@@ -27,7 +27,8 @@ use crate::controllers::status::{now, patch_params, write_status};
 use crate::controllers::{lock, policy_access, Context, Error, KubeStep};
 use crate::engine::diff::DiffOptions;
 use crate::engine::object;
-use crate::engine::plan::{LiveObject, Step};
+use crate::engine::plan::{order, LiveObject, Step};
+use crate::engine::protect;
 use crate::text::short_sha;
 
 use super::executor::Owner;
@@ -413,6 +414,14 @@ impl<'a> Pipeline<'a> {
         let synced = self
             .operation_target(observed, &op, state.as_ref(), target, (force, hard))
             .await;
+        if let Some(refusal) = self
+            .stored_versions_refusal(dest, &synced.objects, &observed.view)
+            .await
+        {
+            self.found.sync_error = Some(refusal);
+            self.found.requeue_within(ERROR_REQUEUE);
+            return Ok(());
+        }
         let namespace_live = self.namespace_live(dest, &op, &observed.dest_ns).await;
         let is_new = state.is_none() || state.as_ref().is_some_and(|s| s.sync_result.is_none());
         let args = StepArgs {
@@ -521,6 +530,40 @@ impl<'a> Pipeline<'a> {
             rendered,
             same_as_target,
         }
+    }
+
+    /// The sync's pre-flight guard on CRD versions: a desired CRD that drops a version its live object
+    /// still lists in `status.storedVersions` refuses the whole sync before anything is written
+    /// ([`protect::stored_versions_refusal`]). The live CRD comes from the live cache, or, when the
+    /// cache does not hold it (not tracked yet: applied by `capstan bootstrap` or by hand), from one
+    /// GET; a CRD that cannot be read is left to the API server's own validation.
+    async fn stored_versions_refusal(
+        &self,
+        dest: &ResolvedDestination,
+        desired: &[Value],
+        view: &LiveView,
+    ) -> Option<Problem> {
+        let mut pairs: Vec<(&Value, Arc<Value>)> = Vec::new();
+        for crd in desired.iter().filter(|o| order::is_crd(o)) {
+            let key = object::ObjectKey::of(crd);
+            let cached = view
+                .own
+                .iter()
+                .chain(&view.others)
+                .find(|o| object::ObjectKey::of(o) == key);
+            let live = match cached {
+                Some(found) => Some(Arc::clone(found)),
+                None => {
+                    let gvk =
+                        kube::core::GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition");
+                    let got = crate::cluster::ops::get(&dest.cluster, &gvk, "", object::name(crd)).await;
+                    got.ok().flatten().map(Arc::new)
+                }
+            };
+            pairs.extend(live.map(|l| (crd, l)));
+        }
+        let refusal = protect::stored_versions_refusal(pairs.iter().map(|(d, l)| (*d, l.as_ref())))?;
+        Some(Problem::new(protect::REASON_STORED_VERSION_REMOVED, refusal))
     }
 
     /// Decides, persists (write-ahead) and executes one step as the Application's writer; returns the
