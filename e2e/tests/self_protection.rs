@@ -250,3 +250,63 @@ async fn a_crd_dropping_a_stored_version_is_refused_before_anything_is_applied()
         "{events:?}"
     );
 }
+
+/// An upgrade by commit (a new printer column on a CRD, a new image on a Deployment of the same wave)
+/// reaches the API server CRD first: devcluster's request log orders the two writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crd_change_is_applied_before_the_deployment_of_the_same_commit() {
+    let env = AppEnv::start("upgradeorder").await;
+    let tree = |image: &str, columns: Value| {
+        let deployment = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "operator"},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "operator"}},
+                     "template": {"metadata": {"labels": {"app": "operator"}},
+                                  "spec": {"containers": [{"name": "op", "image": image}]}}}
+        });
+        // The Deployment first in the file: the order of the applies is the engine's, not Git's.
+        to_yaml(&[
+            deployment,
+            crd_versions("example.com", "gadgets", "Gadget", &["v1"], columns),
+        ])
+    };
+    env.repo.write("app/objects.yaml", &tree("example.com/op:1", json!([])));
+    env.repo.commit("v1").await;
+    env.create_app("upgrade", "app", automated(true, false)).await;
+    env.wait_synced_healthy("upgrade").await;
+
+    let before = env.cluster.requests().len();
+    let column = json!([{"name": "Phase", "type": "string", "jsonPath": ".status.phase"}]);
+    env.repo.write("app/objects.yaml", &tree("example.com/op:2", column));
+    let rev = env.repo.commit("new column, new image").await;
+    env.refresh("upgrade", "normal").await;
+    env.wait_app("upgrade", "synced at the new commit", |a| {
+        text(a, "/status/sync/revision") == rev && text(a, "/status/sync/status") == "Synced"
+    })
+    .await;
+    let writes: Vec<String> = env.cluster.requests()[before..]
+        .iter()
+        .filter(|r| r.method == "PATCH" && !r.query.contains("dryRun"))
+        .map(|r| r.path.clone())
+        .collect();
+    let position = |suffix: &str| {
+        writes
+            .iter()
+            .position(|p| p.ends_with(suffix))
+            .unwrap_or_else(|| panic!("no write of {suffix} in {writes:?}"))
+    };
+    let crd = position("/customresourcedefinitions/gadgets.example.com");
+    let deployment = position(&format!("/namespaces/{}/deployments/operator", env.ns));
+    assert!(crd < deployment, "CRD first: {writes:?}");
+    let live = get_object(
+        &env.client().await,
+        "",
+        "CustomResourceDefinition",
+        "gadgets.example.com",
+    )
+    .await
+    .expect("the CRD");
+    assert_eq!(
+        live["spec"]["versions"][0]["additionalPrinterColumns"][0]["name"],
+        "Phase"
+    );
+}
