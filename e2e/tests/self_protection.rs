@@ -1,6 +1,6 @@
 //! Self-protection end to end: the guards of `engine::protect` hold against a real prune and a real
-//! cascade deletion. A CustomResourceDefinition, a `capstan.dev` CRD, the operator's namespace, the
-//! Application itself, `Delete=false` and `helm.sh/resource-policy: keep` objects
+//! cascade deletion. A CustomResourceDefinition, a `capstan.dev` CRD, the operator's namespace and
+//! Deployment, the Application itself, `Delete=false` and `helm.sh/resource-policy: keep` objects
 //! stay; everything else goes; a held prune is reported in the `ProtectedResourceWarning` condition,
 //! a held cascade delete in a `DeletionGuarded` Event. Upgrades by commit: a CRD that drops a stored
 //! version refuses the whole sync, and a CRD change goes to the API server before the Deployment of
@@ -309,4 +309,120 @@ async fn a_crd_change_is_applied_before_the_deployment_of_the_same_commit() {
         live["spec"]["versions"][0]["additionalPrinterColumns"][0]["name"],
         "Phase"
     );
+}
+
+/// A self-managing Application (`cluster/` holds the `capstan.dev` CRD, the operator's namespace and
+/// Deployment, and the Application itself in `capstan-system/`, user Applications in `apps/`): a
+/// commit deleting the whole `capstan-system/` folder, with automated prune on, prunes none of the
+/// installation and the condition names each guard that held; user Applications stay. Deleting the
+/// self Application with a cascade finalizer then deletes nothing guarded either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_the_self_managed_folder_keeps_the_installation() {
+    let env = AppEnv::start("selffolder").await;
+    let mut me = application(
+        &env.ns,
+        "self",
+        &env.repo.url(),
+        "cluster",
+        &env.ns,
+        automated(true, false),
+    );
+    me["spec"]["source"]["directory"] = json!({"recurse": true});
+    let operator = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "capstan", "namespace": OPERATOR_NAMESPACE,
+                     "labels": {"app.kubernetes.io/name": "capstan"}},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app.kubernetes.io/name": "capstan"}},
+                 "template": {"metadata": {"labels": {"app.kubernetes.io/name": "capstan"}},
+                              "spec": {"containers": [{"name": "capstan", "image": "capstan:dev"}]}}}
+    });
+    let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}});
+    env.repo.write("cluster/capstan-system/crds.yaml", &capstan_crd());
+    env.repo.write(
+        "cluster/capstan-system/components.yaml",
+        &to_yaml(&[namespace, operator, me.clone()]),
+    );
+    let user = application(
+        &env.ns,
+        "user",
+        &env.repo.url(),
+        "workload",
+        &env.ns,
+        automated(true, false),
+    );
+    env.repo.write("cluster/apps/user.yaml", &to_yaml(&[user]));
+    env.repo.write(
+        "workload/objects.yaml",
+        &to_yaml(&[configmap("user-workload", json!({}))]),
+    );
+    env.repo.commit("a self-managed installation").await;
+    env.apply(&[me]).await;
+    env.wait_synced_healthy("self").await;
+    env.wait_synced_healthy("user").await;
+
+    env.repo.remove("cluster/capstan-system");
+    let rev = env.repo.commit("the installation folder deleted").await;
+    env.refresh("self", "normal").await;
+    let app = env
+        .wait_app("self", "the guards reported", |a| {
+            text(a, "/status/operationState/syncResult/revision") == rev
+                && condition(a, "ProtectedResourceWarning").is_some()
+        })
+        .await;
+    let message = text(
+        condition(&app, "ProtectedResourceWarning").expect("condition"),
+        "/message",
+    )
+    .to_owned();
+    for guard in ["CapstanCRD", "OperatorNamespace", "OperatorWorkload", "SelfApplication"] {
+        assert!(message.contains(&format!("guard {guard} held")), "{guard} in {message}");
+    }
+    let client = env.client().await;
+    let installation = [
+        ("", "CustomResourceDefinition", "applications.capstan.dev"),
+        ("", "Namespace", OPERATOR_NAMESPACE),
+        (OPERATOR_NAMESPACE, "Deployment", "capstan"),
+    ];
+    for (ns, kind, name) in installation {
+        assert!(
+            get_object(&client, ns, kind, name).await.is_some(),
+            "{kind} {name} was pruned"
+        );
+    }
+    assert!(
+        env.get("Application", "user").await.is_some(),
+        "the user Application stays"
+    );
+
+    env.cluster
+        .kubectl_ok(&[
+            "patch",
+            "capp",
+            "self",
+            "-n",
+            &env.ns,
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"finalizers":["capstan.dev/resources"]}}"#,
+        ])
+        .await;
+    env.cluster
+        .kubectl_ok(&["delete", "capp", "self", "-n", &env.ns, "--wait=false"])
+        .await;
+    env.wait_app_gone("self").await;
+    for (ns, kind, name) in installation {
+        assert!(
+            get_object(&client, ns, kind, name).await.is_some(),
+            "{kind} {name} was cascade-deleted"
+        );
+    }
+    let events = events_about(&client, &env.ns, "Application", "self").await;
+    assert!(
+        events
+            .iter()
+            .any(|(_, reason, note)| reason == "DeletionGuarded" && note.contains("guard OperatorWorkload held")),
+        "{events:?}"
+    );
+    // The user Application had no cascade finalizer: its workload outlives it.
+    assert!(env.get("ConfigMap", "user-workload").await.is_some());
 }

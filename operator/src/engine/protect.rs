@@ -4,8 +4,8 @@
 //! Deployment and the Application that manages them under that very Application. Removing a file
 //! from Git, or deleting the Application with a cascade finalizer, must not turn into suicide:
 //! deleting a `capstan.dev` CRD deletes every Application of the cluster with it, deleting the
-//! operator's namespace stops the operator half-way through, and an Application deleting itself
-//! wedges its own finalizers. These rules are enforced here, in the engine, not by annotations in
+//! operator's namespace or its own Deployment stops the operator half-way through, and an
+//! Application deleting itself wedges its own finalizers. These rules are enforced here, in the engine, not by annotations in
 //! Git (an annotation is one careless commit away from gone).
 //!
 //! One pure function, [`guard`], decides for one live object and one kind of removal whether a
@@ -45,6 +45,9 @@ pub enum Guard {
     CapstanCrd,
     /// The operator's own namespace.
     OperatorNamespace,
+    /// The operator's own Deployment (in its namespace, labelled `app.kubernetes.io/name: capstan`
+    /// as `config/` and the Helm chart label it): pruning it would stop the operator mid-sync.
+    OperatorWorkload,
     /// The Application itself (the self-managing Application lists itself).
     SelfApplication,
     /// `Delete=false` in the object's sync options (cascade only).
@@ -60,6 +63,7 @@ impl Guard {
             Guard::Crd => "CustomResourceDefinition",
             Guard::CapstanCrd => "CapstanCRD",
             Guard::OperatorNamespace => "OperatorNamespace",
+            Guard::OperatorWorkload => "OperatorWorkload",
             Guard::SelfApplication => "SelfApplication",
             Guard::DeleteFalse => "DeleteFalse",
             Guard::HelmKeep => "HelmResourcePolicyKeep",
@@ -74,6 +78,7 @@ impl Guard {
             }
             Guard::CapstanCrd => "a capstan.dev CustomResourceDefinition is never deleted by an Application",
             Guard::OperatorNamespace => "the operator's own namespace is never deleted by an Application",
+            Guard::OperatorWorkload => "the operator's own Deployment is never deleted by an Application",
             Guard::SelfApplication => "an Application never deletes itself",
             Guard::DeleteFalse => "the object's sync options say Delete=false",
             Guard::HelmKeep => "the object is annotated helm.sh/resource-policy: keep",
@@ -122,10 +127,29 @@ pub fn guard(p: &Protection<'_>, obj: &Value, removal: Removal) -> Option<Guard>
     if p.is_self(obj) {
         return Some(Guard::SelfApplication);
     }
+    if is_operator_workload(p, obj) {
+        return Some(Guard::OperatorWorkload);
+    }
     if removal == Removal::Cascade {
         return cascade_opt_out(obj);
     }
     None
+}
+
+/// The label `config/` and the Helm chart put on the operator's Deployment.
+pub const OPERATOR_NAME_LABEL: (&str, &str) = ("app.kubernetes.io/name", "capstan");
+
+fn is_operator_workload(p: &Protection<'_>, obj: &Value) -> bool {
+    let (group, _) = object::group_version(obj);
+    let (label, value) = OPERATOR_NAME_LABEL;
+    group == "apps"
+        && object::kind(obj) == "Deployment"
+        && object::namespace(obj) == p.operator_namespace
+        && obj
+            .pointer("/metadata/labels")
+            .and_then(|l| l.get(label))
+            .and_then(Value::as_str)
+            == Some(value)
 }
 
 fn crd_guard(obj: &Value, removal: Removal) -> Option<Guard> {
@@ -257,6 +281,22 @@ mod tests {
             );
             assert_eq!(guard(&P, &ns("shop"), removal), None);
         }
+    }
+
+    #[test]
+    fn the_operator_deployment_is_never_deleted() {
+        let deployment = |ns: &str, labels: Value| {
+            json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                   "metadata": {"name": "capstan", "namespace": ns, "labels": labels}})
+        };
+        let own = deployment("capstan-system", json!({"app.kubernetes.io/name": "capstan"}));
+        for removal in [Removal::Cascade, PRUNE, CONFIRMED] {
+            assert_eq!(guard(&P, &own, removal), Some(Guard::OperatorWorkload));
+        }
+        let elsewhere = deployment("shop", json!({"app.kubernetes.io/name": "capstan"}));
+        assert_eq!(guard(&P, &elsewhere, PRUNE), None);
+        let other = deployment("capstan-system", json!({"app.kubernetes.io/name": "web"}));
+        assert_eq!(guard(&P, &other, Removal::Cascade), None);
     }
 
     #[test]
