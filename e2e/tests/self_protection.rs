@@ -78,6 +78,26 @@ fn write_tree(env: &AppEnv, with_protected: bool) {
     }
 }
 
+/// Refreshes the Application `self` and waits until its sync at `rev` reports held prunes; every one
+/// of `guards` must be named in the `ProtectedResourceWarning` condition. Returns the Application.
+async fn wait_guards_held(env: &AppEnv, rev: &str, guards: &[&str]) -> Value {
+    env.refresh("self", "normal").await;
+    let app = env
+        .wait_app("self", "the guards reported", |a| {
+            text(a, "/status/operationState/syncResult/revision") == rev
+                && condition(a, "ProtectedResourceWarning").is_some()
+        })
+        .await;
+    let message = text(
+        condition(&app, "ProtectedResourceWarning").expect("condition"),
+        "/message",
+    );
+    for guard in guards {
+        assert!(message.contains(&format!("guard {guard} held")), "{guard} in {message}");
+    }
+    app
+}
+
 /// A commit removing the CRDs, the operator namespace and the Application itself from Git prunes
 /// none of them; the condition names each guard.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -90,26 +110,13 @@ async fn prune_never_removes_crds_the_operator_namespace_or_the_application_itse
 
     write_tree(&env, false);
     let rev = env.repo.commit("everything protected removed").await;
-    env.refresh("self", "normal").await;
-    let app = env
-        .wait_app("self", "the guards reported", |a| {
-            text(a, "/status/operationState/syncResult/revision") == rev
-                && condition(a, "ProtectedResourceWarning").is_some()
-        })
-        .await;
-    let message = text(
-        condition(&app, "ProtectedResourceWarning").expect("condition"),
-        "/message",
-    )
-    .to_owned();
-    for guard in [
+    let guards = [
         "CustomResourceDefinition",
         "CapstanCRD",
         "OperatorNamespace",
         "SelfApplication",
-    ] {
-        assert!(message.contains(&format!("guard {guard} held")), "{guard} in {message}");
-    }
+    ];
+    let app = wait_guards_held(&env, &rev, &guards).await;
     let client = env.client().await;
     for (kind, name) in [
         ("CustomResourceDefinition", "widgets.example.com"),
@@ -311,6 +318,57 @@ async fn a_crd_change_is_applied_before_the_deployment_of_the_same_commit() {
     );
 }
 
+/// A new CRD and a Deployment in one wave: the CRD is applied first and read back until Established
+/// (devcluster establishes it asynchronously, after the apply's response) before the Deployment is
+/// applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_crd_is_established_before_the_rest_of_its_wave_is_applied() {
+    let env = AppEnv::start("crdfirst").await;
+    env.repo.write("app/objects.yaml", &to_yaml(&[marker("one")]));
+    env.repo.commit("a ConfigMap").await;
+    env.create_app("crds", "app", automated(true, false)).await;
+    env.wait_synced_healthy("crds").await;
+
+    let before = env.cluster.requests().len();
+    let deployment = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web"}},
+                              "spec": {"containers": [{"name": "web", "image": "example.com/web:1"}]}}}
+    });
+    let objects = [
+        deployment,
+        marker("one"),
+        crd_versions("example.com", "gizmos", "Gizmo", &["v1"], json!([])),
+    ];
+    env.repo.write("app/objects.yaml", &to_yaml(&objects));
+    let rev = env.repo.commit("a new CRD and a Deployment").await;
+    env.refresh("crds", "normal").await;
+    env.wait_app("crds", "synced at the new commit", |a| {
+        text(a, "/status/sync/revision") == rev && text(a, "/status/sync/status") == "Synced"
+    })
+    .await;
+    let crd_path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/gizmos.example.com";
+    let log: Vec<(String, String)> = env.cluster.requests()[before..]
+        .iter()
+        .filter(|r| !r.query.contains("dryRun") && !r.query.contains("watch"))
+        .map(|r| (r.method.clone(), r.path.clone()))
+        .collect();
+    let at = |method: &str, suffix: &str| {
+        log.iter()
+            .position(|(m, p)| m == method && p.ends_with(suffix))
+            .unwrap_or_else(|| panic!("no {method} {suffix} in {log:?}"))
+    };
+    let applied = at("PATCH", crd_path);
+    let read_back = applied
+        + 1
+        + log[applied + 1..]
+            .iter()
+            .position(|(m, p)| m == "GET" && p == crd_path)
+            .unwrap_or_else(|| panic!("the CRD was not read back after its apply: {log:?}"));
+    assert!(read_back < at("PATCH", "/deployments/web"), "{log:?}");
+}
+
 /// A self-managing Application (`cluster/` holds the `capstan.dev` CRD, the operator's namespace and
 /// Deployment, and the Application itself in `capstan-system/`, user Applications in `apps/`): a
 /// commit deleting the whole `capstan-system/` folder, with automated prune on, prunes none of the
@@ -362,21 +420,8 @@ async fn deleting_the_self_managed_folder_keeps_the_installation() {
 
     env.repo.remove("cluster/capstan-system");
     let rev = env.repo.commit("the installation folder deleted").await;
-    env.refresh("self", "normal").await;
-    let app = env
-        .wait_app("self", "the guards reported", |a| {
-            text(a, "/status/operationState/syncResult/revision") == rev
-                && condition(a, "ProtectedResourceWarning").is_some()
-        })
-        .await;
-    let message = text(
-        condition(&app, "ProtectedResourceWarning").expect("condition"),
-        "/message",
-    )
-    .to_owned();
-    for guard in ["CapstanCRD", "OperatorNamespace", "OperatorWorkload", "SelfApplication"] {
-        assert!(message.contains(&format!("guard {guard} held")), "{guard} in {message}");
-    }
+    let guards = ["CapstanCRD", "OperatorNamespace", "OperatorWorkload", "SelfApplication"];
+    wait_guards_held(&env, &rev, &guards).await;
     let client = env.client().await;
     let installation = [
         ("", "CustomResourceDefinition", "applications.capstan.dev"),

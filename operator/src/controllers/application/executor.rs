@@ -6,6 +6,11 @@
 //! (when the action asks for tracking). Prunes and deletions carry the live object's uid as a
 //! precondition when known, and the planner only ever prunes objects whose tracking id names this
 //! Application; the executor re-checks that on the live object before deleting (defence in depth).
+//!
+//! A CustomResourceDefinition applied in a step is waited for (bounded by [`ESTABLISH_WAIT`]) until
+//! the API server reports it Established, before anything after it is applied: the custom resources
+//! of a new CRD need their type served, and an upgrade by commit (a new CRD version or column with
+//! the operator's new image in the same wave) must reach the cluster CRD first, then the workload.
 
 use futures::StreamExt;
 use kube::api::{DynamicObject, Patch};
@@ -37,6 +42,11 @@ pub struct Owner<'a> {
 /// Applies in flight at once within one kind (Argo CD runs a wave's tasks concurrently, at most
 /// `--kubectl-parallelism-limit` = 20 kubectl processes).
 const APPLY_CONCURRENCY: usize = 16;
+/// Longest wait for the CRDs of one step to be Established (kube-apiserver takes milliseconds; a CRD
+/// that never gets there, e.g. with clashing names, fails its custom resources' applies instead).
+const ESTABLISH_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+/// Pause between two looks at a CRD that is not Established yet.
+const ESTABLISH_POLL: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// `group/kind` of an object, the unit whose applies may run concurrently.
 fn group_kind(obj: &Value) -> (String, String) {
@@ -78,10 +88,15 @@ pub async fn execute(cluster: &ClusterHandle, owner: Owner<'_>, actions: &Action
             .buffer_unordered(APPLY_CONCURRENCY)
             .collect()
             .await;
+        let mut stored = Vec::new();
         for (id, result, live) in results {
             outcome.applied.insert(id, result);
-            outcome.live.extend(live);
+            stored.extend(live);
         }
+        if kind == crd_kind() && !tail.is_empty() {
+            wait_established(cluster, &stored).await;
+        }
+        outcome.live.extend(stored);
         rest = tail;
     }
     let all_ok = outcome.applied.values().all(Result::is_ok);
@@ -91,6 +106,45 @@ pub async fn execute(cluster: &ClusterHandle, owner: Owner<'_>, actions: &Action
         }
     }
     outcome
+}
+
+fn crd_kind() -> (String, String) {
+    ("apiextensions.k8s.io".into(), "CustomResourceDefinition".into())
+}
+
+/// Waits until every CRD in `applied` (as the server stored them) is Established, re-reading those
+/// that are not, for at most [`ESTABLISH_WAIT`]; what is still not Established then is logged and the
+/// step goes on (its custom resources' applies will say why).
+async fn wait_established(cluster: &ClusterHandle, applied: &[Value]) {
+    let gvk = GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition");
+    let mut pending: Vec<&str> = applied
+        .iter()
+        .filter(|crd| !is_established(crd))
+        .map(|crd| object::name(crd))
+        .collect();
+    let deadline = tokio::time::Instant::now() + ESTABLISH_WAIT;
+    while !pending.is_empty() && tokio::time::Instant::now() < deadline {
+        let mut still = Vec::new();
+        for name in pending {
+            match ops::get(cluster, &gvk, "", name).await {
+                Ok(Some(crd)) if is_established(&crd) => {}
+                Ok(None) => {}
+                _ => still.push(name),
+            }
+        }
+        pending = still;
+        if !pending.is_empty() {
+            tokio::time::sleep(ESTABLISH_POLL).await;
+        }
+    }
+    if !pending.is_empty() {
+        tracing::warn!(crds = ?pending, "CustomResourceDefinitions not Established in time; applying the rest of the step");
+    }
+}
+
+/// Whether the API server serves the CRD (`Established=True`; the CRD health check's rule).
+fn is_established(crd: &Value) -> bool {
+    crate::engine::health::assess(crd).is_some_and(|h| h.status == crate::api::application::HealthStatusCode::Healthy)
 }
 
 /// [`apply`], with the action's id and, for a real apply, the object the server returned.
