@@ -120,7 +120,7 @@ async fn wait_established(cluster: &ClusterHandle, applied: &[Value]) {
     let mut pending: Vec<&str> = applied
         .iter()
         .filter(|crd| !is_established(crd))
-        .map(|crd| object::name(crd))
+        .map(object::name)
         .collect();
     let deadline = tokio::time::Instant::now() + ESTABLISH_WAIT;
     while !pending.is_empty() && tokio::time::Instant::now() < deadline {
