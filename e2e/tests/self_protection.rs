@@ -465,9 +465,14 @@ async fn deleting_the_self_managed_folder_keeps_the_installation() {
     assert!(
         events
             .iter()
-            .any(|(_, reason, note)| reason == "DeletionGuarded" && note.contains("guard OperatorWorkload held")),
+            .any(|(_, reason, note)| reason == "DeletionGuarded" && note.contains("guard SelfApplication held")),
         "{events:?}"
     );
-    // The user Application had no cascade finalizer: its workload outlives it.
+    // A self-managing Application's deletion cascades nothing: the Applications it manages and
+    // their workloads stay too.
+    assert!(
+        env.get("Application", "user").await.is_some(),
+        "the user Application was cascade-deleted"
+    );
     assert!(env.get("ConfigMap", "user-workload").await.is_some());
 }

@@ -3,7 +3,9 @@
 //!
 //! 1. **decide** (pure, [`plan::decide`]): which stage the finalizers still hold the Application for
 //!    — PreDelete hooks, the cascade (foreground or background, per Argo CD's finalizers), PostDelete
-//!    hooks — or nothing, or `capstan.dev/deletion-policy: orphan` (release everything);
+//!    hooks — or nothing, or `capstan.dev/deletion-policy: orphan` (release everything), or a
+//!    self-managing Application (its recorded resources list itself: release everything, as orphan,
+//!    with a `DeletionGuarded` event — its resources are the installation that runs it);
 //! 2. **connect** (client): the destination (observed with the operator's rights) and the writer
 //!    (the Application's ServiceAccount, as the sync wrote; without it nothing is deleted);
 //! 3. **PreDelete hooks** (when held): rendered at the synced revision, created, waited for;
@@ -150,6 +152,15 @@ impl<'a> Cleanup<'a> {
                 return Ok(Done::Release(
                     "deletion-policy orphan: managed resources left in place, no deletion hooks run",
                 ))
+            }
+            Decision::SelfManaged => {
+                let note = format!(
+                    "guard SelfApplication held: deleting a self-managing Application cascades nothing \
+                     (capstan uninstall removes an installation); managed resources are left in place: {}",
+                    plan::orphans(self.app)
+                );
+                self.events.push((EventType::Normal, "DeletionGuarded", note));
+                return Ok(Done::Release("self-managing Application: nothing cascades"));
             }
             Decision::Run(stage) => stage,
         };

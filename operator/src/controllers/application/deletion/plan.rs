@@ -52,6 +52,10 @@ pub enum Decision {
     Nothing,
     /// `capstan.dev/deletion-policy: orphan`: every finalizer goes, nothing is deleted, no hook runs.
     Orphan,
+    /// The Application manages itself (its recorded resources list it): deleting it cascades nothing,
+    /// like an orphan deletion. Its resources are the installation that runs it; deleting them one by
+    /// one is what `capstan uninstall` is for.
+    SelfManaged,
     /// The stage to run now.
     Run(Stage),
 }
@@ -75,6 +79,9 @@ pub fn decide(app: &Application) -> Decision {
     }
     if orphan_requested(app) {
         return Decision::Orphan;
+    }
+    if manages_itself(app) {
+        return Decision::SelfManaged;
     }
     if HookStage::PreDelete.is_held(finalizers) {
         Decision::Run(Stage::Hooks(HookStage::PreDelete))
@@ -136,6 +143,15 @@ pub fn orphan_requested(app: &Application) -> bool {
     app.annotations()
         .get(DELETION_POLICY_ANNOTATION)
         .is_some_and(|v| v.eq_ignore_ascii_case("orphan"))
+}
+
+/// Whether `app`'s recorded resources list `app` itself (a self-managing Application).
+pub fn manages_itself(app: &Application) -> bool {
+    let (ns, name) = (app.namespace(), app.name_any());
+    let resources = app.status.as_ref().map(|s| s.resources.as_slice()).unwrap_or_default();
+    resources.iter().any(|r| {
+        r.group.as_deref() == Some(crate::api::GROUP) && r.kind == "Application" && r.name == name && r.namespace == ns
+    })
 }
 
 /// The protect step: of the live objects, those tracked by `who`'s Application that a cascade
@@ -258,6 +274,17 @@ mod tests {
         assert_eq!(
             decide(&app(&all, &[(DELETION_POLICY_ANNOTATION, "Orphan")])),
             Decision::Orphan
+        );
+        let mut own = app(&all, &[]);
+        let me = serde_json::json!({"group": "capstan.dev", "kind": "Application", "namespace": "n", "name": "a"});
+        let other = serde_json::json!({"group": "capstan.dev", "kind": "Application", "namespace": "n", "name": "b"});
+        own.status = Some(serde_json::from_value(json!({"resources": [other]})).expect("a status"));
+        assert_eq!(decide(&own), Decision::Run(Stage::Hooks(HookStage::PreDelete)));
+        own.status = Some(serde_json::from_value(json!({"resources": [other, me]})).expect("a status"));
+        assert_eq!(
+            decide(&own),
+            Decision::SelfManaged,
+            "a self-managing Application cascades nothing"
         );
         let cascade = app(&all[1..], &[]);
         let removed = stage_finalizers(&cascade, Stage::Cascade(Propagation::Foreground));
