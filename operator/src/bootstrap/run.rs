@@ -190,6 +190,7 @@ fn secret(opts: &Options) -> Option<Value> {
     for (k, v) in [
         ("username", &c.username),
         ("password", &c.password),
+        ("bearerToken", &c.bearer_token),
         ("sshPrivateKey", &c.ssh_private_key),
         ("knownHosts", &c.known_hosts),
         ("caCert", &c.ca_cert),

@@ -303,6 +303,13 @@ impl<'a> Session<'a> {
         })
     }
 
+    /// Lets this session push over HTTP(S) (bootstrap's writer only; fetches stay read-only).
+    pub(super) fn allow_push(&self) {
+        if let Some((settings, _)) = &self.http {
+            settings.allow_push();
+        }
+    }
+
     fn past_deadline(&self) -> bool {
         let late = Instant::now() >= self.deadline;
         if late {

@@ -5,7 +5,9 @@
 //! registers a replacement for `http://` and `https://` with [`register`]; libgit2 keeps the git
 //! protocol (negotiation, packs) and asks us only to carry requests:
 //! `GET <url>/info/refs?service=git-upload-pack`, then one `POST <url>/git-upload-pack` per
-//! negotiation round (stateless RPC).
+//! negotiation round (stateless RPC). Pushes (`capstan bootstrap` only) are the same two requests
+//! for `git-receive-pack`, and only an operation that asked for them with
+//! [`HttpSettings::allow_push`] may make them: the operator's fetches can never write.
 //!
 //! # How an operation's settings reach the transport
 //! libgit2 builds the transport on the thread that calls `connect`/`download`, so the operation
@@ -19,6 +21,7 @@
 
 use std::cell::RefCell;
 use std::io::{self, Read, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Once};
 use std::time::{Duration, Instant};
 
@@ -32,6 +35,8 @@ use super::Credentials;
 
 /// Largest negotiation request we buffer (wants and haves of one round; git sends far less).
 const MAX_REQUEST_BYTES: usize = 16 << 20;
+/// Largest pack a push sends (bootstrap's commit is a few hundred kilobytes).
+const MAX_PUSH_BYTES: usize = 64 << 20;
 /// Redirects followed on the first request (git's `http.followRedirects=initial`).
 const MAX_REDIRECTS: u32 = 5;
 const USER_AGENT: &str = concat!("git/2.0 (capstan/", env!("CARGO_PKG_VERSION"), ")");
@@ -76,6 +81,7 @@ pub struct HttpSettings {
     deadline: Instant,
     max_response_bytes: u64,
     failure: Mutex<Option<HttpFailure>>,
+    push: AtomicBool,
 }
 
 impl std::fmt::Debug for HttpSettings {
@@ -138,7 +144,13 @@ impl HttpSettings {
             deadline: limits.deadline,
             max_response_bytes: limits.max_response_bytes,
             failure: Mutex::new(None),
+            push: AtomicBool::new(false),
         })
+    }
+
+    /// Lets this operation push (`git-receive-pack`); without it the transport refuses to.
+    pub fn allow_push(&self) {
+        self.push.store(true, Ordering::Relaxed);
     }
 
     /// The first failure the transport met, if any.
@@ -338,21 +350,28 @@ impl SmartSubtransport for HttpSubtransport {
             .ok()
             .and_then(|b| b.clone())
             .unwrap_or_else(|| requested.clone());
+        let service = match action {
+            Service::UploadPackLs | Service::UploadPack => GitService::UploadPack,
+            Service::ReceivePackLs | Service::ReceivePack => GitService::ReceivePack,
+        };
+        if service == GitService::ReceivePack && !self.settings.push.load(Ordering::Relaxed) {
+            return Err(git2::Error::from_str(
+                "this git operation only reads: receive-pack (push) is refused",
+            ));
+        }
+        let name = service.name();
         let request = match action {
-            Service::UploadPackLs => Request::AdvertiseRefs {
-                url: format!("{base}/info/refs?service=git-upload-pack"),
+            Service::UploadPackLs | Service::ReceivePackLs => Request::AdvertiseRefs {
+                service,
+                url: format!("{base}/info/refs?service={name}"),
                 requested_base: requested,
                 redirected_base: self.redirected_base.clone(),
             },
-            Service::UploadPack => Request::UploadPack {
-                url: format!("{base}/git-upload-pack"),
+            Service::UploadPack | Service::ReceivePack => Request::Rpc {
+                service,
+                url: format!("{base}/{name}"),
                 body: Vec::new(),
             },
-            Service::ReceivePackLs | Service::ReceivePack => {
-                return Err(git2::Error::from_str(
-                    "capstan never pushes: receive-pack is not supported",
-                ))
-            }
         };
         Ok(Box::new(HttpStream {
             settings: self.settings.clone(),
@@ -366,14 +385,42 @@ impl SmartSubtransport for HttpSubtransport {
     }
 }
 
+/// The two git services smart HTTP carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum GitService {
+    /// Fetch.
+    UploadPack,
+    /// Push.
+    ReceivePack,
+}
+
+impl GitService {
+    fn name(self) -> &'static str {
+        match self {
+            GitService::UploadPack => "git-upload-pack",
+            GitService::ReceivePack => "git-receive-pack",
+        }
+    }
+
+    /// The most a request body may hold: a negotiation round, or a whole pack for a push.
+    fn max_request_bytes(self) -> usize {
+        match self {
+            GitService::UploadPack => MAX_REQUEST_BYTES,
+            GitService::ReceivePack => MAX_PUSH_BYTES,
+        }
+    }
+}
+
 /// A request not sent yet: libgit2 writes the body, then reads, and the first read sends it.
 enum Request {
     AdvertiseRefs {
+        service: GitService,
         url: String,
         requested_base: String,
         redirected_base: Arc<Mutex<Option<String>>>,
     },
-    UploadPack {
+    Rpc {
+        service: GitService,
         url: String,
         body: Vec<u8>,
     },
@@ -388,10 +435,12 @@ struct HttpStream {
 impl Write for HttpStream {
     fn write(&mut self, data: &[u8]) -> io::Result<usize> {
         match &mut self.request {
-            Some(Request::UploadPack { body, .. }) => {
-                if body.len() + data.len() > MAX_REQUEST_BYTES {
+            Some(Request::Rpc { service, body, .. }) => {
+                let max = service.max_request_bytes();
+                if body.len() + data.len() > max {
                     return Err(self.settings.fail(HttpFailure::Other(format!(
-                        "negotiation request exceeds {MAX_REQUEST_BYTES} bytes"
+                        "{} request exceeds {max} bytes",
+                        service.name()
                     ))));
                 }
                 body.extend_from_slice(data);
@@ -428,20 +477,21 @@ impl HttpStream {
             return Err(settings.fail(HttpFailure::Timeout("operation deadline passed".into())));
         };
         let (url, expected_type, result) = match &request {
-            Request::AdvertiseRefs { url, .. } => {
+            Request::AdvertiseRefs { service, url, .. } => {
                 let mut req = settings.agent.get(url);
                 if let Some(auth) = &settings.authorization {
                     req = req.header("Authorization", auth);
                 }
                 let result = req.config().timeout_global(Some(left)).build().call();
-                (url, "application/x-git-upload-pack-advertisement", result)
+                (url, format!("application/x-{}-advertisement", service.name()), result)
             }
-            Request::UploadPack { url, body } => {
+            Request::Rpc { service, url, body } => {
+                let name = service.name();
                 let mut req = settings
                     .agent
                     .post(url)
-                    .header("Content-Type", "application/x-git-upload-pack-request")
-                    .header("Accept", "application/x-git-upload-pack-result");
+                    .header("Content-Type", format!("application/x-{name}-request"))
+                    .header("Accept", format!("application/x-{name}-result"));
                 if let Some(auth) = &settings.authorization {
                     req = req.header("Authorization", auth);
                 }
@@ -452,7 +502,7 @@ impl HttpStream {
                     .max_redirects(0)
                     .build()
                     .send(&body[..]);
-                (url, "application/x-git-upload-pack-result", result)
+                (url, format!("application/x-{name}-result"), result)
             }
         };
         let shown = match &settings.proxy {
@@ -469,7 +519,7 @@ impl HttpStream {
             .get("content-type")
             .and_then(|v| v.to_str().ok())
             .unwrap_or("");
-        if !content_type.starts_with(expected_type) {
+        if !content_type.starts_with(&expected_type) {
             return Err(settings.fail(HttpFailure::Other(format!(
                 "{shown}: not a smart git HTTP server (content-type {:?}, expected {expected_type})",
                 content_type.chars().take(80).collect::<String>()

@@ -4,7 +4,8 @@
 //! kind, host keys, deadlines, sanitised errors), so what the operator can read, bootstrap can
 //! write with the same flags.
 //!
-//! HTTP(S) pushes are not supported yet: the HTTP transport speaks upload-pack only.
+//! Over HTTP(S) the push goes through the project's own smart-HTTP transport (`source::http`),
+//! which sends `git-receive-pack` only for a session that asked for it ([`Writer::push`]).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -14,7 +15,7 @@ use git2::{Oid, PushOptions, Repository, Signature};
 
 use super::credentials::Credentials;
 use super::git::{GitConfig, Session};
-use super::url::{RepoUrl, Transport};
+use super::url::RepoUrl;
 use super::SourceError;
 
 /// A private repository holding one fetched branch, for writing.
@@ -50,11 +51,7 @@ impl Writer {
         config: GitConfig,
         branch: &str,
     ) -> Result<Writer, SourceError> {
-        if matches!(url.transport(), Transport::Https | Transport::Http) {
-            return Err(SourceError::InvalidInput(format!(
-                "{url}: pushing over HTTP(S) is not supported yet; use ssh://, git:// or a local path"
-            )));
-        }
+        super::http::register();
         let repo = Repository::init_bare(dir).map_err(internal("creating the work repository"))?;
         let mut writer = Writer {
             repo,
@@ -172,6 +169,7 @@ impl Writer {
     /// Pushes `commit` to the branch (never forced).
     pub fn push(&self, commit: Oid) -> Result<Pushed, SourceError> {
         let session = Session::new(&self.url, &self.creds, &self.config, self.deadline())?;
+        session.allow_push();
         let wrap = |e: git2::Error| session.map_error(&e);
         let mut remote = self.repo.remote_anonymous(self.url.as_git_url()).map_err(wrap)?;
         let rejected = std::cell::RefCell::new(None::<String>);
@@ -258,5 +256,84 @@ mod tests {
         assert_eq!(late.push(c3).expect("pushes"), Pushed::Done);
         w.fetch().expect("fetches");
         assert_eq!(w.read("a/b.yaml").as_deref(), Some("v: 3\n"));
+    }
+
+    /// Pushes over smart HTTP(S) with every HTTP credential kind, refuses a wrong password without
+    /// naming it, and a session that did not ask to push cannot.
+    #[test]
+    fn pushes_over_https_and_http_with_basic_auth_and_bearer_tokens() {
+        use crate::source::testsupport::{self as ts, HttpAuth};
+        let fx = Fixture::new();
+        let pki = ts::test_pki("capstan-push-ca");
+        let basic = Credentials {
+            username: Some("alice".into()),
+            password: Some("PUSH-CANARY-pw".into()),
+            ca_cert: Some(pki.ca_pem.clone()),
+            ..Credentials::default()
+        };
+        let bearer = Credentials {
+            bearer_token: Some("PUSH-CANARY-token".into()),
+            ..Credentials::default()
+        };
+        let https = ts::https_server(&fx.base, HttpAuth::Basic("alice", "PUSH-CANARY-pw"), &pki);
+        let http = ts::http_server(&fx.base, HttpAuth::Bearer("PUSH-CANARY-token"));
+        let cases = [
+            (format!("https://127.0.0.1:{}/repo.git", https.port), basic.clone(), "1"),
+            (format!("http://127.0.0.1:{}/repo.git", http.port), bearer, "2"),
+        ];
+        for (url, creds, v) in cases {
+            let url = RepoUrl::parse(&url).expect("url");
+            let dir = tempfile::tempdir().expect("tmp");
+            let w = Writer::open(dir.path(), url, creds, GitConfig::default(), "main").expect("opens");
+            let c = w
+                .commit(&files(v), "over http", ("Bot", "bot@example.com"))
+                .expect("commits")
+                .expect("a change");
+            assert_eq!(w.push(c).expect("pushes"), Pushed::Done);
+            assert_eq!(fx.repo().refname_to_id("refs/heads/main").expect("main"), c);
+        }
+
+        let url = RepoUrl::parse(&format!("https://127.0.0.1:{}/repo.git", https.port)).expect("url");
+        let wrong = Credentials {
+            password: Some("PUSH-CANARY-wrong".into()),
+            ..basic
+        };
+        let dir = tempfile::tempdir().expect("tmp");
+        let err = Writer::open(dir.path(), url.clone(), wrong, GitConfig::default(), "main")
+            .err()
+            .expect("a wrong password is refused");
+        assert_eq!(err.category(), "AuthenticationFailed", "{err}");
+        assert!(!err.to_string().contains("CANARY"), "{err}");
+    }
+
+    /// The transport refuses receive-pack to a session that did not allow pushing: the operator's
+    /// fetches share it and must never write.
+    #[test]
+    fn a_fetch_session_cannot_push_over_http() {
+        use crate::source::testsupport::{self as ts, HttpAuth};
+        let fx = Fixture::new();
+        let server = ts::http_server(&fx.base, HttpAuth::Bearer("tok"));
+        let url = RepoUrl::parse(&format!("http://127.0.0.1:{}/repo.git", server.port)).expect("url");
+        let creds = Credentials {
+            bearer_token: Some("tok".into()),
+            ..Credentials::default()
+        };
+        let dir = tempfile::tempdir().expect("tmp");
+        let w = Writer::open(dir.path(), url.clone(), creds.clone(), GitConfig::default(), "main").expect("opens");
+        let c = w
+            .commit(&files("x"), "sneaky", ("Bot", "bot@example.com"))
+            .expect("commits")
+            .expect("a change");
+        w.repo.reference("refs/capstan/sneaky", c, true, "test").expect("ref");
+        let config = GitConfig::default();
+        let session = Session::new(&url, &creds, &config, Instant::now() + config.total_timeout).expect("session");
+        let mut remote = w.repo.remote_anonymous(url.as_git_url()).expect("remote");
+        let mut po = PushOptions::new();
+        po.remote_callbacks(session.callbacks());
+        let err = remote
+            .push(&["refs/capstan/sneaky:refs/heads/main"], Some(&mut po))
+            .expect_err("refused");
+        assert!(err.message().contains("only reads"), "{}", err.message());
+        assert_eq!(fx.repo().refname_to_id("refs/heads/main").expect("main"), fx.c2);
     }
 }
