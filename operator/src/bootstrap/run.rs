@@ -84,13 +84,15 @@ pub async fn run(
     let (sha, committed) = commit_and_push(&mut writer, opts, &files, &components, say).await?;
     let state = cluster::self_state(cluster, &opts.namespace, SELF_APP, &opts.branch).await?;
     let never_synced = state.sync.1.is_empty();
-    let mut changed = Vec::new();
-    if let Some(s) = &secret {
-        changed.extend(cluster::apply_changed(cluster, std::slice::from_ref(s)).await?);
-    }
-    if never_synced || opts.force_apply {
-        changed.extend(apply_installation(cluster, &components, &sync, deadline, say).await?);
-    }
+    // The Secret lives in the namespace the installation creates: on a first install it is applied
+    // after the Namespace, with the rest of the components.
+    let changed = if never_synced || opts.force_apply {
+        apply_installation(cluster, &components, secret.as_ref(), &sync, deadline, say).await?
+    } else if let Some(s) = &secret {
+        cluster::apply_changed(cluster, std::slice::from_ref(s)).await?
+    } else {
+        Vec::new()
+    };
     if !committed && changed.is_empty() && state.done_at(&sha) {
         return Ok(Outcome::UpToDate(sha));
     }
@@ -242,10 +244,12 @@ async fn commit_and_push(
     )))
 }
 
-/// CRDs and the Namespace, wait Established; then the rest of the components; then the sync objects.
+/// CRDs and the Namespace, wait Established; then the rest of the components and the credentials
+/// Secret; then the sync objects.
 async fn apply_installation(
     cluster: &ClusterHandle,
     components: &[Value],
+    secret: Option<&Value>,
     sync: &[Value],
     deadline: Instant,
     say: &mut dyn FnMut(&str),
@@ -255,6 +259,7 @@ async fn apply_installation(
     cluster::wait_established(cluster, &first, deadline).await?;
     say("cluster: CRDs established");
     changed.extend(cluster::apply_changed(cluster, &rest).await?);
+    changed.extend(cluster::apply_changed(cluster, secret.map(std::slice::from_ref).unwrap_or_default()).await?);
     changed.extend(cluster::apply_changed(cluster, sync).await?);
     for key in &changed {
         say(&format!("cluster: applied {key}"));
