@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use capstan::bootstrap::components::{self, Values};
 use capstan::bootstrap::run::{self, Options, Outcome};
+use capstan::bootstrap::uninstall::{self as remove, UninstallOptions};
 use capstan::cluster::{ClusterHandle, ClusterTimeouts};
 use capstan::controllers::parse_duration;
 use capstan::source::credentials::Credentials;
@@ -15,7 +16,7 @@ use capstan::source::credentials::Credentials;
 /// Flags of `capstan bootstrap`.
 #[derive(Debug, clap::Args)]
 pub struct BootstrapArgs {
-    /// The Git repository (`ssh://`, `git://`, `file://` or a local path).
+    /// The Git repository (`https://`, `ssh://`, `git://`, `http://`, `file://` or a local path).
     #[arg(long)]
     url: Option<String>,
     /// The branch (created when missing).
@@ -27,7 +28,7 @@ pub struct BootstrapArgs {
     /// The operator namespace.
     #[arg(long, default_value = "capstan-system")]
     namespace: String,
-    /// Git user name (HTTPS basic auth or SSH user).
+    /// Git user name (HTTP(S) basic auth or SSH user).
     #[arg(long)]
     username: Option<String>,
     /// The environment variable holding the Git password (never the password itself).
@@ -36,6 +37,12 @@ pub struct BootstrapArgs {
     /// A file holding the Git password.
     #[arg(long)]
     password_file: Option<PathBuf>,
+    /// The environment variable holding an HTTP(S) bearer token (sent instead of basic auth).
+    #[arg(long, conflicts_with = "bearer_token_file")]
+    bearer_token_env: Option<String>,
+    /// A file holding an HTTP(S) bearer token.
+    #[arg(long)]
+    bearer_token_file: Option<PathBuf>,
     /// An SSH private key file.
     #[arg(long)]
     private_key_file: Option<PathBuf>,
@@ -93,15 +100,28 @@ fn read(path: &PathBuf, what: &str) -> anyhow::Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("{what} {}", path.display()))
 }
 
-fn credentials(a: &BootstrapArgs) -> anyhow::Result<Option<Credentials>> {
-    let password = match (&a.password_env, &a.password_file) {
-        (Some(var), _) => Some(std::env::var(var).with_context(|| format!("--password-env {var}"))?),
-        (_, Some(f)) => Some(read(f, "--password-file")?.trim_end_matches(['\r', '\n']).to_string()),
+/// A secret from `--X-env VAR` or `--X-file F` (never from a flag's value: it would be in `ps`).
+fn secret_from(env: Option<&String>, file: Option<&PathBuf>, flag: &str) -> anyhow::Result<Option<String>> {
+    Ok(match (env, file) {
+        (Some(var), _) => Some(std::env::var(var).with_context(|| format!("--{flag}-env {var}"))?),
+        (_, Some(f)) => Some(
+            read(f, &format!("--{flag}-file"))?
+                .trim_end_matches(['\r', '\n'])
+                .to_string(),
+        ),
         _ => None,
-    };
+    })
+}
+
+fn credentials(a: &BootstrapArgs) -> anyhow::Result<Option<Credentials>> {
     let c = Credentials {
         username: a.username.clone(),
-        password,
+        password: secret_from(a.password_env.as_ref(), a.password_file.as_ref(), "password")?,
+        bearer_token: secret_from(
+            a.bearer_token_env.as_ref(),
+            a.bearer_token_file.as_ref(),
+            "bearer-token",
+        )?,
         ssh_private_key: a
             .private_key_file
             .as_ref()
@@ -111,7 +131,11 @@ fn credentials(a: &BootstrapArgs) -> anyhow::Result<Option<Credentials>> {
         ca_cert: a.ca_file.as_ref().map(|f| read(f, "--ca-file")).transpose()?,
         ..Credentials::default()
     };
-    let any = c.username.is_some() || c.password.is_some() || c.ssh_private_key.is_some() || c.ca_cert.is_some();
+    let any = c.username.is_some()
+        || c.password.is_some()
+        || c.bearer_token.is_some()
+        || c.ssh_private_key.is_some()
+        || c.ca_cert.is_some();
     Ok(any.then_some(c))
 }
 
@@ -178,5 +202,80 @@ pub async fn bootstrap(a: BootstrapArgs) -> anyhow::Result<ExitCode> {
         Outcome::Done(sha) => println!("bootstrapped: Synced and Healthy at {}", &sha[..sha.len().min(7)]),
         Outcome::Planned => println!("dry run: nothing was written"),
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Flags of `capstan uninstall`.
+#[derive(Debug, clap::Args)]
+pub struct UninstallArgs {
+    /// The operator namespace.
+    #[arg(long, default_value = "capstan-system")]
+    namespace: String,
+    /// Leave the namespace (and what else lives in it).
+    #[arg(long)]
+    keep_namespace: bool,
+    /// Leave the CRDs (the custom resources are deleted all the same).
+    #[arg(long)]
+    keep_crds: bool,
+    /// Print the plan and change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Do it without asking (required when stdin is not a terminal).
+    #[arg(long)]
+    yes: bool,
+    /// The kubeconfig file (default: KUBECONFIG or ~/.kube/config).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context.
+    #[arg(long)]
+    context: Option<String>,
+    /// How long to wait, all phases together, for deleted objects to be gone.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    timeout: Duration,
+}
+
+/// Asks on the terminal; refuses when there is none (a script must say `--yes`).
+fn confirmed(question: &str) -> anyhow::Result<bool> {
+    use std::io::{BufRead as _, IsTerminal as _, Write as _};
+    if !std::io::stdin().is_terminal() {
+        anyhow::bail!("{question}: pass --yes to go ahead without a terminal (or --dry-run to see the plan)");
+    }
+    print!("{question} [y/N] ");
+    std::io::stdout().flush()?;
+    let mut answer = String::new();
+    std::io::stdin().lock().read_line(&mut answer)?;
+    Ok(matches!(answer.trim(), "y" | "Y" | "yes"))
+}
+
+/// `capstan uninstall`.
+pub async fn uninstall(a: UninstallArgs) -> anyhow::Result<ExitCode> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let cluster = connect(a.kubeconfig.as_ref(), a.context.as_ref()).await?;
+    let components = components::render(None, &Values::default())?;
+    let resources = remove::list_resources(&cluster, &remove::custom_kinds(&components)).await?;
+    let opts = UninstallOptions {
+        namespace: a.namespace.clone(),
+        keep_namespace: a.keep_namespace,
+        keep_crds: a.keep_crds,
+        timeout: a.timeout,
+    };
+    let phases = remove::plan(&components, &resources, &opts);
+    if a.dry_run {
+        for (i, phase) in phases.iter().enumerate() {
+            println!("{}. {}", i + 1, phase.title);
+            for step in &phase.steps {
+                println!("   {step}");
+            }
+        }
+        println!("dry run: nothing was changed");
+        return Ok(ExitCode::SUCCESS);
+    }
+    if !a.yes && !confirmed(&format!("uninstall Capstan from {}", cluster.server()))? {
+        println!("nothing was changed");
+        return Ok(ExitCode::FAILURE);
+    }
+    let mut say = |line: &str| println!("{line}");
+    remove::execute(&cluster, &phases, a.timeout, &mut say).await?;
+    println!("uninstalled; Git is untouched: remove the cluster's folder from the repository to forget it");
     Ok(ExitCode::SUCCESS)
 }

@@ -38,6 +38,8 @@ enum Command {
     },
     /// Install Capstan and hand its installation to itself from Git (GitOps of GitOps).
     Bootstrap(Box<bootstrap_cli::BootstrapArgs>),
+    /// Remove Capstan from the cluster; what its Applications deployed stays.
+    Uninstall(bootstrap_cli::UninstallArgs),
     /// Print the version.
     Version,
 }
@@ -156,6 +158,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bootstrap(args) => {
             let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             runtime.block_on(bootstrap_cli::bootstrap(*args))
+        }
+        Command::Uninstall(args) => {
+            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            runtime.block_on(bootstrap_cli::uninstall(args))
         }
         Command::Version => {
             println!("capstan {}", env!("CARGO_PKG_VERSION"));

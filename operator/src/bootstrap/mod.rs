@@ -19,6 +19,7 @@ pub mod cluster;
 pub mod components;
 pub mod run;
 pub mod tree;
+pub mod uninstall;
 
 use thiserror::Error;
 
