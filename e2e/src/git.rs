@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use capstan::source::testsupport::{self as ts, HttpAuth};
-pub use capstan::source::testsupport::{free_port, git_daemon, sshd, sshd_available, Server, Sshd, Tarpit, SSHD};
+pub use capstan::source::testsupport::{
+    free_port, git_daemon, sshd, sshd_available, test_pki, Server, Sshd, Tarpit, TestPki, SSHD,
+};
 use tempfile::TempDir;
 
 /// Runs `git` with a fixed identity and no user or system configuration; panics on failure.
@@ -103,4 +105,9 @@ impl Upstream {
 /// the operator never does (it reads it from a Secret).
 pub fn http_server(base: &Path, user: &str, password: &str) -> Server {
     ts::http_server(base, HttpAuth::Basic(user, password))
+}
+
+/// As [`http_server`], over HTTPS with `pki`'s server certificate.
+pub fn https_server(base: &Path, user: &str, password: &str, pki: &TestPki) -> Server {
+    ts::https_server(base, HttpAuth::Basic(user, password), pki)
 }

@@ -17,7 +17,9 @@
 //!   [`TestCluster`] on one);
 //! - [`process`]: long-running binaries (`devcluster`, `capstan`) with captured output and SIGTERM;
 //! - [`hub`]: `capstan-hub`, the reporter protocol's receiver, as a process, with its fault switches,
-//!   invariant check and a client that talks to it like a reporter.
+//!   invariant check and a client that talks to it like a reporter;
+//! - [`kubelet`]: the test as kubelet for a self-installed operator: runs (and restarts) `capstan run`
+//!   as the applied Deployment's pod template says.
 //!
 //! Later suites (operator e2e) reuse the same pieces: [`kubectl::Kubectl`] only needs a kubeconfig path,
 //! so it works against a devcluster started as a process ([`process::DevClusterProcess`]) too.
@@ -31,6 +33,7 @@ pub mod fixtures;
 pub mod git;
 pub mod hub;
 pub mod kubectl;
+pub mod kubelet;
 pub mod process;
 pub mod raw_http;
 pub mod reporter;

@@ -318,30 +318,7 @@ async fn deployment(cluster: &TestCluster) -> serde_json::Value {
 /// What the kubelet would run for the Deployment's pod: its container args and env (the pod name
 /// resolved), and the ServiceAccount it runs as.
 fn pod_command(deployment: &serde_json::Value, cache_dir: &std::path::Path) -> (PodCommand, String) {
-    let pod = &deployment["spec"]["template"]["spec"];
-    let container = &pod["containers"][0];
-    let args: Vec<String> = serde_json::from_value(container["args"].clone()).expect("args");
-    let env = container["env"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|e| {
-            let name = e["name"].as_str().expect("env name").to_owned();
-            let value = match e["valueFrom"]["fieldRef"]["fieldPath"].as_str() {
-                Some("metadata.name") => "capstan-7d9f8-abcde".to_owned(),
-                Some(other) => panic!("the test kubelet cannot resolve {other}"),
-                None => e["value"].as_str().unwrap_or_default().to_owned(),
-            };
-            (name, value)
-        })
-        .collect();
-    let account = pod["serviceAccountName"].as_str().expect("a ServiceAccount").to_owned();
-    let command = PodCommand {
-        args,
-        env,
-        cache_dir: cache_dir.to_path_buf(),
-    };
-    (command, account)
+    capstan_e2e::kubelet::pod_command_of(&deployment["spec"]["template"], OPERATOR_NAMESPACE, cache_dir)
 }
 
 /// Plays kubelet for the installed Deployment: `capstan run` with its pod's exact args and env,
