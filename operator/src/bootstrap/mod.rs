@@ -1,5 +1,6 @@
 //! `capstan bootstrap`: install Capstan into a cluster and hand its own installation to itself, so
-//! that upgrades and configuration changes are commits (docs/user-guide.md, "GitOps of GitOps").
+//! that upgrades and configuration changes are commits (README, "GitOps of GitOps"); and
+//! `capstan uninstall` ([`uninstall`]), which removes it again and leaves what its Applications deployed.
 //!
 //! One run is a reconcile of three things, each changed only when it differs:
 //! 1. **Git** ([`tree`], `source::write`): the files under `--path`, at most one commit, pushed
