@@ -15,6 +15,7 @@ use capstan_e2e::capstan::{get_object, text, APP_TIMEOUT, OPERATOR_NAMESPACE};
 use capstan_e2e::kubelet::Kubelet;
 use capstan_e2e::process::workspace_binary;
 use capstan_e2e::{wait_for, wait_until, TestCluster, POLL};
+use devcluster::RequestRecord;
 use serde_json::Value;
 use tokio::process::Command;
 
@@ -92,6 +93,15 @@ async fn bootstrapped(kubelet: &Kubelet, mut cmd: Command) -> String {
     show(&out)
 }
 
+/// Every request other than a GET since the `before`-th that `counts`, as `METHOD path?query`.
+fn writes_since(cluster: &TestCluster, before: usize, counts: impl Fn(&RequestRecord) -> bool) -> Vec<String> {
+    cluster.requests()[before..]
+        .iter()
+        .filter(|r| r.method != "GET" && counts(r))
+        .map(|r| format!("{} {}?{}", r.method, r.path, r.query))
+        .collect()
+}
+
 fn commits(url: &str) -> Vec<String> {
     git(url, &["rev-list", "refs/heads/main"])
         .lines()
@@ -164,11 +174,7 @@ async fn bootstrap_installs_capstan_which_then_manages_itself() {
         show(&out)
     );
     assert_eq!(commits(&url).len(), 1, "no commit");
-    let writes: Vec<String> = cluster.requests()[before..]
-        .iter()
-        .filter(|r| r.method != "GET")
-        .map(|r| format!("{} {}?{}", r.method, r.path, r.query))
-        .collect();
+    let writes = writes_since(&cluster, before, |_| true);
     assert!(writes.is_empty(), "a rerun writes nothing: {writes:?}");
 
     // T6: a dry run with a password shows both plans, writes nothing, prints no secret.
@@ -201,11 +207,7 @@ async fn bootstrap_installs_capstan_which_then_manages_itself() {
         printed.contains("cluster: unchanged apps/Deployment:capstan-system/capstan"),
         "{printed}"
     );
-    let writes: Vec<String> = cluster.requests()[before..]
-        .iter()
-        .filter(|r| r.method != "GET" && !r.query.contains("dryRun"))
-        .map(|r| format!("{} {}?{}", r.method, r.path, r.query))
-        .collect();
+    let writes = writes_since(&cluster, before, |r| !r.query.contains("dryRun"));
     assert!(writes.is_empty(), "a dry run writes nothing: {writes:?}");
     assert_eq!(commits(&url).len(), 1, "no commit");
 
@@ -335,12 +337,8 @@ async fn a_lost_cluster_is_restored_from_git_and_uninstall_leaves_the_workloads(
     ] {
         assert!(plan.contains(line), "{line}: {plan}");
     }
-    let writes: Vec<String> = cluster.requests()[before..]
-        .iter()
-        // The operator (as its ServiceAccount) goes on writing status meanwhile; the CLI is the admin.
-        .filter(|r| r.method != "GET" && !r.user.contains("serviceaccount"))
-        .map(|r| format!("{} {}?{}", r.method, r.path, r.query))
-        .collect();
+    // The operator (as its ServiceAccount) goes on writing status meanwhile; the CLI is the admin.
+    let writes = writes_since(&cluster, before, |r| !r.user.contains("serviceaccount"));
     assert!(writes.is_empty(), "a dry run writes nothing: {writes:?}");
     assert_eq!(crds(&cluster).await.len(), 5);
 
@@ -542,12 +540,14 @@ async fn flags_and_upgrades_are_commits_the_operator_applies_to_itself() {
         ])
         .await;
     assert!(crd.contains("Project"), "{crd}");
-    let writes: Vec<String> = cluster.requests()[before..]
-        .iter()
-        .filter(|r| r.method != "GET" && r.user.contains("serviceaccount") && !r.query.contains("dryRun"))
-        .map(|r| r.path.clone())
-        .collect();
-    let at = |suffix: &str| writes.iter().position(|p| p.ends_with(suffix));
+    let writes = writes_since(&cluster, before, |r| {
+        r.user.contains("serviceaccount") && !r.query.contains("dryRun")
+    });
+    let at = |suffix: &str| {
+        writes
+            .iter()
+            .position(|w| w.split('?').next().is_some_and(|p| p.ends_with(suffix)))
+    };
     let crd_at = at("/customresourcedefinitions/applications.capstan.dev").expect("the operator wrote the CRD");
     let deploy_at = at("/deployments/capstan").expect("the operator wrote the Deployment");
     assert!(crd_at < deploy_at, "the CRD first: {writes:#?}");

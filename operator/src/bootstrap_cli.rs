@@ -70,12 +70,8 @@ pub struct BootstrapArgs {
     /// Commit author email.
     #[arg(long, default_value = "capstan@localhost")]
     author_email: String,
-    /// The kubeconfig file (default: KUBECONFIG or ~/.kube/config).
-    #[arg(long)]
-    kubeconfig: Option<PathBuf>,
-    /// The kubeconfig context.
-    #[arg(long)]
-    context: Option<String>,
+    #[command(flatten)]
+    kube: KubeFlags,
     /// How long to wait for the self Application.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     timeout: Duration,
@@ -94,6 +90,17 @@ pub struct BootstrapArgs {
     /// Print the components YAML and exit (no Git, no cluster).
     #[arg(long)]
     export: bool,
+}
+
+/// Which cluster to talk to (both commands).
+#[derive(Debug, clap::Args)]
+pub struct KubeFlags {
+    /// The kubeconfig file (default: KUBECONFIG or ~/.kube/config).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context.
+    #[arg(long)]
+    context: Option<String>,
 }
 
 fn read(path: &PathBuf, what: &str) -> anyhow::Result<String> {
@@ -139,12 +146,12 @@ fn credentials(a: &BootstrapArgs) -> anyhow::Result<Option<Credentials>> {
     Ok(any.then_some(c))
 }
 
-async fn connect(kubeconfig: Option<&PathBuf>, context: Option<&String>) -> anyhow::Result<Arc<ClusterHandle>> {
+async fn connect(flags: &KubeFlags) -> anyhow::Result<Arc<ClusterHandle>> {
     let options = kube::config::KubeConfigOptions {
-        context: context.cloned(),
+        context: flags.context.clone(),
         ..Default::default()
     };
-    let config = match kubeconfig {
+    let config = match &flags.kubeconfig {
         Some(f) => {
             let kc = kube::config::Kubeconfig::read_from(f).with_context(|| format!("--kubeconfig {}", f.display()))?;
             kube::Config::from_custom_kubeconfig(kc, &options).await?
@@ -179,7 +186,7 @@ pub async fn bootstrap(a: BootstrapArgs) -> anyhow::Result<ExitCode> {
         anyhow::bail!("{url} is not encrypted; pass --allow-insecure-http to use it anyway");
     }
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let cluster = connect(a.kubeconfig.as_ref(), a.context.as_ref()).await?;
+    let cluster = connect(&a.kube).await?;
     let opts = Options {
         url,
         branch: a.branch.clone(),
@@ -223,12 +230,8 @@ pub struct UninstallArgs {
     /// Do it without asking (required when stdin is not a terminal).
     #[arg(long)]
     yes: bool,
-    /// The kubeconfig file (default: KUBECONFIG or ~/.kube/config).
-    #[arg(long)]
-    kubeconfig: Option<PathBuf>,
-    /// The kubeconfig context.
-    #[arg(long)]
-    context: Option<String>,
+    #[command(flatten)]
+    kube: KubeFlags,
     /// How long to wait, all phases together, for deleted objects to be gone.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     timeout: Duration,
@@ -250,7 +253,7 @@ fn confirmed(question: &str) -> anyhow::Result<bool> {
 /// `capstan uninstall`.
 pub async fn uninstall(a: UninstallArgs) -> anyhow::Result<ExitCode> {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let cluster = connect(a.kubeconfig.as_ref(), a.context.as_ref()).await?;
+    let cluster = connect(&a.kube).await?;
     let components = components::render(None, &Values::default())?;
     let resources = remove::list_resources(&cluster, &remove::custom_kinds(&components)).await?;
     let opts = UninstallOptions {
