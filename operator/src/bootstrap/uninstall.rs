@@ -289,7 +289,7 @@ async fn run_step(cluster: &ClusterHandle, step: &Step) -> Result<(), BootstrapE
             {
                 // The finalizers changed since they were read (the operator was still running): read and strip again.
                 Err(kube::Error::Api(e)) if e.code == 422 || e.code == 409 => {
-                    restrip(&api, r, to).await.map_err(wrap(r))
+                    restrip(&api, r, from, to).await.map_err(wrap(r))
                 }
                 other => ignore_missing(other).map_err(wrap(r)),
             }
@@ -307,18 +307,20 @@ async fn run_step(cluster: &ClusterHandle, step: &Step) -> Result<(), BootstrapE
     }
 }
 
-/// Strips Capstan's finalizers (all of them when `to` is empty) from the object as it is now.
-async fn restrip(api: &Api<DynamicObject>, r: &Ref, to: &[String]) -> Result<(), kube::Error> {
+/// The finalizers to keep of `live` for a step that meant to go `from` → `to`: Capstan's go, and so
+/// does every other one the step dropped; one added meanwhile by someone else stays.
+fn kept_after(live: Vec<String>, from: &[String], to: &[String]) -> Vec<String> {
+    live.into_iter()
+        .filter(|f| !is_capstan_finalizer(f) && (to.contains(f) || !from.contains(f)))
+        .collect()
+}
+
+/// Redoes an [`Step::Unfinalize`] on the object as it is now (see [`kept_after`]).
+async fn restrip(api: &Api<DynamicObject>, r: &Ref, from: &[String], to: &[String]) -> Result<(), kube::Error> {
     let Some(live) = api.get_opt(&r.name).await? else {
         return Ok(());
     };
-    let kept: Vec<String> = live
-        .metadata
-        .finalizers
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|f| !to.is_empty() && !is_capstan_finalizer(f))
-        .collect();
+    let kept = kept_after(live.metadata.finalizers.unwrap_or_default(), from, to);
     let patch = json!({"metadata": {"finalizers": kept}});
     ignore_missing(api.patch(&r.name, &PatchParams::default(), &Patch::Merge(&patch)).await)
 }
@@ -407,6 +409,18 @@ mod tests {
         assert!(kinds(&phases[4]).iter().all(|k| k == "CustomResourceDefinition"));
         assert_eq!(kinds(&phases[4]).len(), custom_kinds(&components).len());
         assert_eq!(kinds(&phases[5]), ["Namespace"]);
+    }
+
+    #[test]
+    fn a_redone_strip_drops_capstans_and_the_dropped_finalizers_and_keeps_new_foreign_ones() {
+        let v = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let live = v(&["capstan.dev/pre-delete-hooks", "example.com/a", "example.com/new"]);
+        let from = v(&["capstan.dev/resources", "example.com/a"]);
+        assert_eq!(
+            kept_after(live.clone(), &from, &v(&["example.com/a"])),
+            v(&["example.com/a", "example.com/new"])
+        );
+        assert_eq!(kept_after(live, &from, &[]), v(&["example.com/new"]));
     }
 
     #[test]
