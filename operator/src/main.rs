@@ -182,13 +182,6 @@ async fn operate(args: RunArgs) -> anyhow::Result<()> {
     let election = args.election(&selected, &identity)?;
     let git_timeout = args.git_timeout;
     let settings = run_settings(&args)?;
-    if let Some(namespaces) = settings.watch.namespaces() {
-        tracing::info!(
-            namespaces = settings.watch.describe(),
-            "namespaced: watching {} namespaces only",
-            namespaces.len()
-        );
-    }
     let registry = prometheus::Registry::new();
     let metrics = Metrics::register(&registry)?;
     let reporter_metrics = selected
@@ -225,15 +218,7 @@ async fn operate(args: RunArgs) -> anyhow::Result<()> {
     };
 
     let mut servers = tokio::task::JoinSet::new();
-    let listener = tokio::net::TcpListener::bind(args.metrics_addr)
-        .await
-        .with_context(|| format!("--metrics-addr {}", args.metrics_addr))?;
-    tracing::info!("serving /metrics, /healthz, /readyz on {}", listener.local_addr()?);
-    let http_state = http::HttpState {
-        registry,
-        readiness: Arc::clone(&ctx.readiness),
-    };
-    servers.spawn(http::serve(listener, http_state, shutdown.clone()));
+    serve_endpoints(args.metrics_addr, registry, &ctx, (&mut servers, &shutdown)).await?;
 
     let secret_watch = match args.webhook_addr {
         Some(addr) => {
@@ -263,8 +248,40 @@ async fn operate(args: RunArgs) -> anyhow::Result<()> {
     result
 }
 
+/// `/metrics`, `/healthz` and `/readyz` on `addr`, served until the shutdown.
+async fn serve_endpoints(
+    addr: SocketAddr,
+    registry: prometheus::Registry,
+    ctx: &Context,
+    (servers, shutdown): (&mut tokio::task::JoinSet<std::io::Result<()>>, &Shutdown),
+) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("--metrics-addr {addr}"))?;
+    tracing::info!("serving /metrics, /healthz, /readyz on {}", listener.local_addr()?);
+    let http_state = http::HttpState {
+        registry,
+        readiness: Arc::clone(&ctx.readiness),
+    };
+    servers.spawn(http::serve(listener, http_state, shutdown.clone()));
+    Ok(())
+}
+
 /// The controllers' settings from `capstan run`'s flags (names the flag a bad value came from).
 fn run_settings(args: &RunArgs) -> anyhow::Result<Settings> {
+    let settings = settings_from(args)?;
+    if let Some(namespaces) = settings.watch.namespaces() {
+        tracing::info!(
+            namespaces = settings.watch.describe(),
+            "namespaced: watching {} namespaces only",
+            namespaces.len()
+        );
+    }
+    Ok(settings)
+}
+
+/// [`run_settings`] without the log line.
+fn settings_from(args: &RunArgs) -> anyhow::Result<Settings> {
     Ok(Settings {
         namespace: args.namespace.clone(),
         reconcile_interval: args.reconcile_interval,

@@ -292,8 +292,8 @@ mod tests {
             ),
             (
                 "annotation relative path",
-                Some("../shared"),
-                &["apps/shared/cm.yaml"],
+                Some("../common"),
+                &["apps/common/cm.yaml"],
                 true,
             ),
             ("annotation absolute path", Some("/global;."), &["global/cm.yaml"], true),
@@ -382,10 +382,10 @@ mod tests {
             tmp.path(),
             &[
                 ("app/cm.yaml", "kind: ConfigMap\n"),
-                ("shared/x.yaml", "kind: ConfigMap\n"),
+                ("other/x.yaml", "kind: ConfigMap\n"),
             ],
         );
-        std::os::unix::fs::symlink("../shared/x.yaml", tmp.path().join("app/x.yaml")).unwrap();
+        std::os::unix::fs::symlink("../other/x.yaml", tmp.path().join("app/x.yaml")).unwrap();
         let req = request(tmp.path(), "app", Default::default());
         let location = crate::render::locate_app(&req).unwrap();
         let reads = detect(&req, &location, Tool::Directory);
