@@ -7,4 +7,3 @@ pub mod health;
 pub mod object;
 pub mod plan;
 pub mod protect;
-pub mod schema;

@@ -59,7 +59,6 @@ pub mod identity;
 pub mod source;
 pub mod status;
 pub mod sync;
-pub mod validation;
 
 mod pipeline;
 

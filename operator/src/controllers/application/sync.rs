@@ -4,8 +4,7 @@
 //!
 //! 1. persist `StepOutput::state` (intents recorded) BEFORE executing anything that changes the
 //!    cluster — so a restart resumes at the wave that was running and never re-runs a finished hook;
-//! 2. execute through [`super::executor`] (the check before the first write through
-//!    [`super::validation`]: client-side against the cluster's schemas, dry runs for the rest);
+//! 2. execute through [`super::executor`];
 //! 3. `record_outcome`, and the caller persists the result with the reconcile's status patch.
 //!
 //! [`PlanState`] lives in `operationState.step.{validated, appliedAtMs}`.
@@ -26,7 +25,6 @@ use crate::text::truncate;
 
 use super::compare::LiveView;
 use super::executor::{self, Owner};
-use super::validation;
 
 /// What a step did.
 #[derive(Clone, Debug)]
@@ -166,11 +164,7 @@ where
     if !dry_validation {
         persist(with_step(out.state.clone(), &out.plan_state, &out.step, args.state)).await?;
     }
-    let outcome = if dry_validation {
-        validation::validate(cluster, args.owner, acts).await
-    } else {
-        executor::execute(cluster, args.owner, acts).await
-    };
+    let outcome = executor::execute(cluster, args.owner, acts).await;
     let (state, mut plan_state) = plan::record_outcome(&out, &outcome, Timestamp::now());
     if matches!(out.step, Step::Run { .. }) {
         plan_state.applied_at_ms = Some(Timestamp::now().as_millisecond());
