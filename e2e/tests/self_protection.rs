@@ -56,7 +56,10 @@ fn self_app(env: &AppEnv, finalizer: bool) -> Value {
     app
 }
 
-fn write_tree(env: &AppEnv, with_protected: bool) {
+/// The Application's tree: a plain ConfigMap, and with `with_protected` one object per guard — the
+/// Application `self` itself included when `with_self` (a self-managing Application, whose deletion
+/// cascades nothing at all).
+fn write_tree(env: &AppEnv, with_protected: bool, with_self: bool) {
     let mut objects = vec![configmap("plain", json!({}))];
     if with_protected {
         objects.push(crd("example.com", "widgets", "Widget"));
@@ -66,6 +69,8 @@ fn write_tree(env: &AppEnv, with_protected: bool) {
             json!({"capstan.dev/sync-options": "Delete=false"}),
         ));
         objects.push(configmap("helm-keep", json!({"helm.sh/resource-policy": "keep"})));
+    }
+    if with_protected && with_self {
         let mut me = self_app(env, false);
         me["spec"]["destination"] = json!({"server": IN_CLUSTER, "namespace": env.ns});
         objects.push(me);
@@ -103,12 +108,12 @@ async fn wait_guards_held(env: &AppEnv, rev: &str, guards: &[&str]) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prune_never_removes_crds_the_operator_namespace_or_the_application_itself() {
     let env = AppEnv::start("guardprune").await;
-    write_tree(&env, true);
+    write_tree(&env, true, true);
     env.repo.commit("protected objects").await;
     env.apply(&[self_app(&env, false)]).await;
     env.wait_synced_healthy("self").await;
 
-    write_tree(&env, false);
+    write_tree(&env, false, true);
     let rev = env.repo.commit("everything protected removed").await;
     let guards = [
         "CustomResourceDefinition",
@@ -137,11 +142,12 @@ async fn prune_never_removes_crds_the_operator_namespace_or_the_application_itse
     );
 }
 
-/// Deleting a self-listing Application with a cascade finalizer deletes only what no guard holds.
+/// Deleting an Application with a cascade finalizer deletes only what no guard holds (one that lists
+/// itself cascades nothing at all: see `deleting_the_self_managed_folder_keeps_the_installation`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cascade_deletion_leaves_guarded_objects_and_says_so() {
     let env = AppEnv::start("guardcascade").await;
-    write_tree(&env, true);
+    write_tree(&env, true, false);
     env.repo.commit("protected objects").await;
     env.apply(&[self_app(&env, true)]).await;
     env.wait_synced_healthy("self").await;
