@@ -74,6 +74,16 @@ pub const DELETE_POLL: Duration = Duration::from_secs(2);
 
 /// One reconcile of a deleted Application (see the module doc).
 pub async fn cleanup(app: &Application, ctx: &Context, state: &Arc<State>) -> Result<Action, Error> {
+    // The watch cache can lag this controller's own finalizer patch: a reconcile woken by a hook's
+    // deletion would see the stage it just released still held and run it again (a PostDelete hook
+    // created twice). Deciding on a fresh read closes that window; deletions are rare, one GET is cheap.
+    let api: Api<Application> = Api::namespaced(ctx.client.clone(), &app.namespace().unwrap_or_default());
+    let fresh = api.get_opt(&app.name_any()).await.map_err(KubeStep::Read.err())?;
+    // Gone, or a new object of the same name: its own events drive what comes next.
+    let Some(app) = fresh.filter(|f| f.uid() == app.uid() && f.metadata.deletion_timestamp.is_some()) else {
+        return Ok(Action::await_change());
+    };
+    let app = &app;
     let mut run = Cleanup::new(app, ctx, state);
     let outcome = run.stage().await;
     let done = run.report(outcome).await?;
