@@ -480,7 +480,7 @@ async fn flags_and_upgrades_are_commits_the_operator_applies_to_itself() {
     let kustomization = "resources:\n  - capstan-components.yaml\n  - capstan-sync.yaml\npatches:\n  \
         - target: {kind: Deployment, name: capstan}\n    patch: |-\n      - op: add\n        \
         path: /spec/template/spec/containers/0/args/-\n        value: --reconcile-interval=30s\n";
-    commit_files(
+    let t3 = commit_files(
         &url,
         &[("clusters/dev/capstan-system/kustomization.yaml", kustomization)],
         "reconcile every 30s",
@@ -506,6 +506,21 @@ async fn flags_and_upgrades_are_commits_the_operator_applies_to_itself() {
         .expect("args")
         .to_string();
     assert!(args.contains(flag), "{args}");
+    // The pod that applied T3 is replaced mid-sync, and its successor finishes that sync: wait for it,
+    // so the writes counted below belong to T4 alone.
+    wait_until("the T3 sync finished", APP_TIMEOUT, POLL, || {
+        let client = client.clone();
+        let t3 = t3.clone();
+        async move {
+            get_object(&client, OPERATOR_NAMESPACE, "Application", "capstan-system")
+                .await
+                .is_some_and(|app| {
+                    text_of(&app, "/status/operationState/phase") == "Succeeded"
+                        && text_of(&app, "/status/operationState/syncResult/revision") == t3
+                })
+        }
+    })
+    .await;
 
     // T4
     let before = cluster.requests().len();
