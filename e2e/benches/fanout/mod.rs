@@ -35,7 +35,6 @@ pub(super) async fn s5(report: &mut Report) -> anyhow::Result<()> {
     const COMMITS: usize = 3;
     eprintln!("operator bench S5: setup ({APPS} Applications on one repository)");
     let cluster = Cluster::start().await?;
-    cluster.namespace("s5").await;
     cluster.namespace("s5-dest").await;
     let repo = GitRepo::start("s5").await;
     for a in 0..APPS {
@@ -56,8 +55,10 @@ pub(super) async fn s5(report: &mut Report) -> anyhow::Result<()> {
     let apps: Vec<Value> = (0..APPS)
         .map(|a| {
             let name = format!("app-{a:04}");
+            // In the operator namespace: the operator's own rights (elsewhere an Application needs a
+            // deployer ServiceAccount and a Repository that lists its namespace).
             application(
-                "s5",
+                OPERATOR_NAMESPACE,
                 &name,
                 &repo.url(),
                 &format!("apps/{name}"),
@@ -67,9 +68,13 @@ pub(super) async fn s5(report: &mut Report) -> anyhow::Result<()> {
         })
         .collect();
     cluster.create_all(apps).await?;
-    wait_apps(&cluster, "s5", Duration::from_secs(1), "S5 initial sync", |apps| {
-        apps.len() == APPS && count_settled(apps, "app-") == APPS
-    })
+    wait_apps(
+        &cluster,
+        OPERATOR_NAMESPACE,
+        Duration::from_secs(1),
+        "S5 initial sync",
+        |apps| apps.len() == APPS && count_settled(apps, "app-") == APPS,
+    )
     .await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let cms: Api<DynamicObject> = Api::namespaced_with(cluster.client.clone(), "s5-dest", &resource("ConfigMap"));
@@ -111,7 +116,7 @@ pub(super) async fn s5(report: &mut Report) -> anyhow::Result<()> {
         applied.push(t0.elapsed().as_secs_f64());
         wait_apps(
             &cluster,
-            "s5",
+            OPERATOR_NAMESPACE,
             Duration::from_millis(250),
             "S5 all at the new commit",
             |apps| apps.iter().filter(|a| text(a, "/status/sync/revision") == sha).count() == APPS,
