@@ -132,14 +132,10 @@ fn object_key(repo: &Repository) -> String {
 /// What `repo`'s status says about its last poll.
 fn freshness(repo: &Repository) -> schedule::Freshness {
     let status = repo.status.as_ref();
-    let since_last_poll = status
-        .and_then(|s| s.last_fetched_at.as_ref())
-        .and_then(|t| std::time::Duration::try_from(k8s_openapi::jiff::Timestamp::now().duration_since(t.0)).ok());
     schedule::Freshness {
         ready: status.is_some_and(|s| status::is_condition(&s.conditions, CONDITION_READY, STATUS_TRUE)),
         observed_generation: status.and_then(|s| s.observed_generation),
         generation: repo.metadata.generation,
-        since_last_poll,
     }
 }
 
@@ -498,8 +494,8 @@ async fn reconcile(repo: &Repository, ctx: &Context, state: &State) -> Result<Ac
     };
     let object = object_key(repo);
     let (first, forced) = (state.first_reconcile(&object), state.take_forced(&object));
-    if !schedule::poll_now(first, forced, freshness(repo), poll) {
-        // Restarted with a recent listing: keep this Repository's slot instead of joining a herd.
+    if !schedule::poll_now(first, forced, freshness(repo)) {
+        // Restarted with a settled listing: keep this Repository's slot instead of joining a herd.
         return Ok(Action::requeue(state.until_next_poll(repo, poll)));
     }
     let creds = match resolve_credentials(ctx, state, repo, &ns, &url).await {

@@ -7,8 +7,12 @@
 //! 300 ms, one at a time). Slots are on the wall clock, so they survive restarts and replicas agree
 //! on them; a Repository added or removed shifts the others' slots by at most one spacing.
 //!
-//! After a restart a Repository whose last poll is recent and whose spec has not changed since
-//! waits for its slot instead of polling at once ([`poll_now`]), so a restart is no herd either.
+//! After a restart a Repository whose status is settled (ready, for the current spec) waits for its
+//! slot instead of polling at once ([`poll_now`]), so a restart is no herd either. The age of the last
+//! listing is deliberately not consulted: a no-op poll writes no status (only a timestamp would
+//! change), so `lastFetchedAt` records the last listing that changed something, not the last poll,
+//! and would call every quiet Repository stale. Waiting for the slot bounds the first poll after a
+//! restart to 1¼ intervals, the same bound a commit pushed just after a poll already has.
 
 use std::time::Duration;
 
@@ -55,12 +59,10 @@ pub fn until_slot(phase: Duration, interval: Duration, now_ms: u128) -> Duration
 
 /// Whether a Repository should poll on this reconcile. It waits for its slot only on its first
 /// reconcile since the process started, when its status already lists revisions for the current
-/// spec (`observed` generation equals `generation`, `ready`), the last poll was less than an
-/// interval ago, and no refresh was asked for. Pure.
-pub fn poll_now(first: bool, forced: bool, fresh: Freshness, interval: Duration) -> bool {
+/// spec (`observed` generation equals `generation`, `ready`) and no refresh was asked for. Pure.
+pub fn poll_now(first: bool, forced: bool, fresh: Freshness) -> bool {
     let settled = fresh.ready && fresh.observed_generation.is_some() && fresh.observed_generation == fresh.generation;
-    let recent = fresh.since_last_poll.is_some_and(|age| age < interval);
-    !(first && !forced && settled && recent)
+    !(first && !forced && settled)
 }
 
 /// What the status says about the last poll, for [`poll_now`].
@@ -72,8 +74,6 @@ pub struct Freshness {
     pub observed_generation: Option<i64>,
     /// `metadata.generation`.
     pub generation: Option<i64>,
-    /// Time since `status.lastFetchedAt` (`None` when never polled or in the future).
-    pub since_last_poll: Option<Duration>,
 }
 
 #[cfg(test)]
@@ -145,23 +145,17 @@ mod tests {
             ready: true,
             observed_generation: Some(2),
             generation: Some(2),
-            since_last_poll: Some(Duration::from_secs(20)),
         };
-        assert!(!poll_now(true, false, fresh, MINUTE), "settled and recent: wait");
-        assert!(poll_now(false, false, fresh, MINUTE), "a slot's own reconcile polls");
-        assert!(poll_now(true, true, fresh, MINUTE), "a refresh polls");
-        let stale = Freshness {
-            since_last_poll: Some(Duration::from_secs(61)),
-            ..fresh
-        };
-        assert!(poll_now(true, false, stale, MINUTE));
+        assert!(!poll_now(true, false, fresh), "settled: wait for the slot");
+        assert!(poll_now(false, false, fresh), "a slot's own reconcile polls");
+        assert!(poll_now(true, true, fresh), "a refresh polls");
         let changed = Freshness {
             generation: Some(3),
             ..fresh
         };
-        assert!(poll_now(true, false, changed, MINUTE));
+        assert!(poll_now(true, false, changed), "a changed spec polls");
         let failing = Freshness { ready: false, ..fresh };
-        assert!(poll_now(true, false, failing, MINUTE));
-        assert!(poll_now(true, false, Freshness::default(), MINUTE));
+        assert!(poll_now(true, false, failing), "a failing one retries at once");
+        assert!(poll_now(true, false, Freshness::default()), "never listed: poll");
     }
 }
