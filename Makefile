@@ -45,6 +45,7 @@ bench: ## benchmarks, release profile (figures go to docs/benchmarks.md)
 	$(CARGO) bench -p capstan-e2e --bench devcluster
 	$(CARGO) bench -p capstan --bench source_render
 	$(CARGO) bench -p capstan --bench appset
+	$(CARGO) bench -p capstan --bench shard
 	$(CARGO) bench -p capstan-e2e --bench operator
 	$(CARGO) bench -p capstan-e2e --bench reporter
 

@@ -28,6 +28,7 @@ pub mod capstan;
 pub mod chart;
 pub mod check;
 pub mod cluster;
+pub mod election;
 pub mod etcd;
 pub mod fixtures;
 pub mod git;

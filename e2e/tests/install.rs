@@ -433,12 +433,20 @@ async fn helm_lifecycle_runs_the_operator_as_installed() {
 
     let mut upgrade = vec!["upgrade", RELEASE, chart.as_str(), "-n", OPERATOR_NAMESPACE];
     upgrade.extend(on);
-    upgrade.extend(["--set=replicas=3", "--set=logFormat=text"]);
+    upgrade.extend([
+        "--set=replicas=3",
+        "--set=logFormat=text",
+        "--set=sharding.enabled=true",
+    ]);
     helm_ok(&cluster, &upgrade).await;
     let upgraded = deployment(&cluster).await;
     assert_eq!(upgraded["spec"]["replicas"], 3);
     let args = upgraded["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
     assert!(args.contains("--log-format=text"), "{args}");
+    assert!(
+        args.contains("--shard-count=3"),
+        "one shard per replica by default: {args}"
+    );
 
     helm_ok(&cluster, &["rollback", RELEASE, "1", "-n", OPERATOR_NAMESPACE]).await;
     let rolled_back = deployment(&cluster).await;
@@ -469,6 +477,7 @@ async fn chart_lints_strict_and_its_schema_names_bad_values() {
         ("metrics: {port: \"8080x\"}\n", "/metrics/port"),
         ("cache: {medium: Disk}\n", "/cache/medium"),
         ("leaderElection: {enabled: \"yes\"}\n", "/leaderElection/enabled"),
+        ("sharding: {enabled: true, shardCount: 65}\n", "/sharding/shardCount"),
         ("replica: 2\n", "'replica'"),
     ] {
         let file = dir.path().join("values.yaml");

@@ -6,115 +6,29 @@
 
 use std::time::Duration;
 
-use capstan_e2e::capstan::{
-    application, automated, get_object, operation_phase, text, AppEnv, Operator, OperatorOptions, Recorder,
-    APP_TIMEOUT, OPERATOR_NAMESPACE,
+use capstan_e2e::capstan::{operation_phase, text, AppEnv, Operator, OperatorOptions, Recorder, OPERATOR_NAMESPACE};
+use capstan_e2e::election::{
+    assert_each_created_once, describe, fenced_write, job_complete, leader_gauge, start_slow_sync, with_flags,
 };
 use capstan_e2e::{wait_for, wait_until, POLL, TIMEOUT};
 use devcluster::RequestRecord;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, DeleteParams, PostParams};
-use serde_json::Value;
 
 /// The default lease duration: a standby must lead within this plus 5 s of the leader's death.
 const LEASE: Duration = Duration::from_secs(15);
 
 fn elected(extra: &[&str]) -> OperatorOptions {
-    OperatorOptions {
-        reconcile_interval: "30s".into(),
-        extra_args: std::iter::once("--leader-elect")
-            .chain(extra.iter().copied())
-            .map(String::from)
-            .collect(),
-        ..OperatorOptions::default()
-    }
-}
-
-/// `capstan_leader` of a running operator (`None` when it does not answer).
-async fn leader_gauge(op: &Operator) -> Option<i64> {
-    let (status, body) = op.http_get("/metrics").await?;
-    (status == 200).then_some(())?;
-    body.lines()
-        .find_map(|l| l.strip_prefix("capstan_leader "))
-        .and_then(|v| v.trim().parse().ok())
-}
-
-/// A write by a capstan process that the election fences (Leases and access reviews excluded).
-fn fenced_write(r: &RequestRecord) -> bool {
-    r.user_agent.starts_with("capstan/")
-        && !matches!(r.method.as_str(), "GET" | "HEAD" | "OPTIONS")
-        && !r.path.starts_with("/apis/coordination.k8s.io/")
-        && !r.path.starts_with("/apis/authorization.k8s.io/")
+    with_flags(&[&["--leader-elect"], extra].concat())
 }
 
 fn is_lease_get(r: &RequestRecord) -> bool {
     r.user_agent.starts_with("capstan/") && r.method == "GET" && r.path.ends_with("/leases/capstan-controller")
 }
 
-fn describe(records: &[&RequestRecord]) -> String {
-    records
-        .iter()
-        .map(|r| format!("{} {} {} [{}]", r.status, r.method, r.path, r.user_agent))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-fn job_complete(job: &Value) -> bool {
-    job.pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .is_some_and(|cs| {
-            cs.iter()
-                .any(|c| text(c, "/type") == "Complete" && text(c, "/status") == "True")
-        })
-}
-
 async fn leases(env: &AppEnv) -> Api<Lease> {
     Api::namespaced(env.client().await, OPERATOR_NAMESPACE)
-}
-
-/// Creates the Application of the `leader-presync` fixture and waits until its slow PreSync hook
-/// runs (exists, not complete): the sync is under way.
-async fn start_slow_sync(env: &AppEnv) {
-    env.repo.copy_fixture("leader-presync", "app");
-    env.repo.commit("a slow PreSync hook, two waves").await;
-    env.apply(&[application(
-        &env.ns,
-        "slow",
-        &env.repo.url(),
-        "app",
-        &env.ns,
-        automated(true, false),
-    )])
-    .await;
-    let (client, ns) = (env.client().await, env.ns.clone());
-    env.eventually("the PreSync hook runs", APP_TIMEOUT, || {
-        let (client, ns) = (client.clone(), ns.clone());
-        async move {
-            match get_object(&client, &ns, "Job", "slow-presync").await {
-                Some(j) if !job_complete(&j) => Ok(()),
-                Some(_) => Err("the hook already completed: too late".into()),
-                None => Err("no hook Job yet".into()),
-            }
-        }
-    })
-    .await;
-}
-
-fn assert_each_created_once(rec: &Recorder) {
-    for (kind, name) in [
-        ("Job", "slow-presync"),
-        ("ConfigMap", "settings"),
-        ("Deployment", "web"),
-        ("ConfigMap", "after-web"),
-    ] {
-        assert_eq!(
-            rec.uids(kind, name).len(),
-            1,
-            "{kind} {name} created once\n{}",
-            rec.trace()
-        );
-    }
 }
 
 /// SIGKILL of the leader while a slow PreSync hook runs: the standby leads within the lease
@@ -133,7 +47,7 @@ async fn standby_takes_over_a_sync_when_the_leader_is_killed() {
     })
     .await;
     let rec = Recorder::start(&env.client().await, &env.ns, &["Job", "ConfigMap", "Deployment"]).await;
-    start_slow_sync(&env).await;
+    start_slow_sync(&env, None).await;
     let started_at = text(&env.app("slow").await, "/status/operationState/startedAt").to_owned();
     assert!(!started_at.is_empty(), "the operation has started");
 
@@ -193,7 +107,7 @@ async fn a_leader_that_loses_its_lease_writes_nothing_more() {
     })
     .await;
     let rec = Recorder::start(&env.client().await, &env.ns, &["Job", "ConfigMap", "Deployment"]).await;
-    start_slow_sync(&env).await;
+    start_slow_sync(&env, None).await;
 
     // Someone else takes the Lease for an hour.
     let leases = leases(&env).await;

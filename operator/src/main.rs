@@ -7,9 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use capstan::cluster::requests::{KubeRequestLayer, WriteFence};
+use capstan::cluster::requests::{KubeRequestLayer, WriteFence, WriteGate, WriteScope};
 use capstan::cluster::{ClusterClients, WatchScope};
 use capstan::controllers::leader::{self, LeaseSettings};
+use capstan::controllers::shard::{self as sharding, Shards};
 use capstan::controllers::{self, parse_duration, Context, ControllerName, ControllerSet, Settings, Shutdown};
 use capstan::source::git::{Git2Source, GitConfig};
 use capstan::telemetry::LogFormat;
@@ -106,13 +107,19 @@ struct RunArgs {
     /// How often the leader renews and a standby retries.
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     leader_elect_retry_period: Duration,
+    /// Split Applications over N shards by destination cluster (bounded-load consistent hashing):
+    /// each replica holds at most one shard Lease `capstan-controller-shard-<i>` and reconciles
+    /// only its shard's Applications. Implies --leader-elect (Repositories, Clusters, PolicySets and
+    /// ApplicationSets stay with the holder of `capstan-controller`). 1 = no sharding.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=i64::from(capstan::engine::shard::MAX_SHARDS)))]
+    shard_count: u32,
 }
 
 impl RunArgs {
     /// The controllers' election, when `--leader-elect` is set and a controller other than the
     /// reporter (which elects on its own Lease) is selected.
     fn election(&self, selected: &ControllerSet, identity: &str) -> anyhow::Result<Option<LeaseSettings>> {
-        if !self.leader_elect {
+        if !self.leader_elect && !self.sharded() {
             return Ok(None);
         }
         if selected.iter().all(|c| c == ControllerName::Reporter) {
@@ -125,6 +132,11 @@ impl RunArgs {
         lease.retry = self.leader_elect_retry_period;
         lease.validate().map_err(|e| anyhow::anyhow!("--leader-elect: {e}"))?;
         Ok(Some(lease))
+    }
+
+    /// Whether `--shard-count` splits the Applications.
+    fn sharded(&self) -> bool {
+        self.shard_count > 1
     }
 }
 
@@ -193,7 +205,16 @@ async fn operate(args: RunArgs) -> anyhow::Result<()> {
     let fence = election
         .as_ref()
         .map_or_else(WriteFence::open, |_| WriteFence::closed());
-    let requests = KubeRequestLayer::new(metrics.kube_requests.clone()).with_fence(fence.clone());
+    let shards = (args.sharded() && selected.contains(ControllerName::Application)).then(|| {
+        let duration = election
+            .as_ref()
+            .map_or(args.leader_elect_lease_duration, |l| l.duration);
+        Arc::new(Shards::new(args.shard_count, &settings.namespace, duration))
+    });
+    let mut requests = KubeRequestLayer::new(metrics.kube_requests.clone()).with_fence(fence.clone());
+    if let Some(shards) = &shards {
+        requests = requests.with_gate(Arc::clone(shards) as Arc<dyn WriteGate>);
+    }
     let clusters = ClusterClients::counted_in(
         config.clone(),
         &settings.namespace,
@@ -201,14 +222,21 @@ async fn operate(args: RunArgs) -> anyhow::Result<()> {
         settings.watch.clone(),
     )
     .map_err(|e| anyhow::anyhow!("cluster clients: {e}"))?;
-    let client = controllers::context::fenced_client(config, requests)?;
+    let client = controllers::context::fenced_client(config.clone(), requests.clone())?;
     let git = git_source(args.cache_dir, git_timeout);
-    let ctx = Arc::new(
-        Context::new(client.clone(), settings, Arc::new(git), metrics.clone())
-            .with_clusters(Arc::new(clusters))
-            .with_fence(fence.clone()),
-    );
+    let mut ctx = Context::new(client.clone(), settings, Arc::new(git), metrics.clone())
+        .with_clusters(Arc::new(clusters))
+        .with_fence(fence.clone());
+    if let Some(shards) = &shards {
+        let apps_client = controllers::context::fenced_client(config, requests.scoped(WriteScope::Applications))?;
+        ctx = ctx.with_shards(Arc::clone(shards), apps_client);
+    }
+    let ctx = Arc::new(ctx);
     let shutdown = Shutdown::on_signals()?;
+    let shard_loop = match (&shards, &election) {
+        (Some(shards), Some(lease)) => Some(start_shards(&client, shards, lease, &metrics, &shutdown).await?),
+        _ => None,
+    };
     let election = match election {
         Some(lease) => Some(start_election(&client, lease, fence, &metrics, &shutdown).await?),
         None => {
@@ -233,10 +261,10 @@ async fn operate(args: RunArgs) -> anyhow::Result<()> {
     let result = controllers::run(ctx, &selected, shutdown.clone()).await;
     let result = join_reporter(result, reporter).await;
     shutdown.trigger();
-    if let Some(election) = election {
-        // Hand the Lease over at once rather than after it expires.
+    for election in election.into_iter().chain(shard_loop) {
+        // Hand the Leases over at once rather than after they expire.
         if tokio::time::timeout(Duration::from_secs(5), election).await.is_err() {
-            tracing::warn!("the Lease was not released within 5s");
+            tracing::warn!("a Lease was not released within 5s");
         }
     }
     // Servers stop on the shutdown signal (bounded); the Secret watch does not, so it is aborted.
@@ -416,6 +444,33 @@ async fn start_election(
         leading_tx,
         Some(fence),
         None,
+        shutdown.clone(),
+    )))
+}
+
+/// Checks that this identity may use the shard Leases, then runs the shard loop in the background
+/// (timing and identity of the leader election's `lease`).
+async fn start_shards(
+    client: &kube::Client,
+    shards: &Arc<Shards>,
+    lease: &LeaseSettings,
+    metrics: &Metrics,
+    shutdown: &Shutdown,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    let leases = sharding::leases(lease, shards.count());
+    for shard_lease in &leases {
+        leader::check_access(client, shard_lease).await?;
+    }
+    tracing::info!(
+        shards = leases.len(),
+        identity = lease.identity,
+        "sharding on: competing for one shard Lease"
+    );
+    Ok(tokio::spawn(sharding::run(
+        client.clone(),
+        Arc::clone(shards),
+        lease.clone(),
+        metrics.clone(),
         shutdown.clone(),
     )))
 }

@@ -55,6 +55,11 @@ pub struct Metrics {
     /// `capstan_leader`: 1 while this replica holds the controllers' Lease (always 1 without leader
     /// election), 0 in a standby.
     pub leader: IntGauge,
+    /// `capstan_shards_held`: shard Leases this replica holds (`--shard-count`; 0 without sharding).
+    pub shards_held: IntGauge,
+    /// `capstan_shard_clusters`: destination clusters whose Applications this replica reconciles now
+    /// (`--shard-count`).
+    pub shard_clusters: IntGauge,
     /// `capstan_repository_ready{namespace,name}`: 1 while the Repository's `Ready` condition is True.
     pub repository_ready: IntGaugeVec,
     /// `capstan_reconcile_in_flight{controller}`: reconciles running now (the work queue's busy part;
@@ -141,6 +146,16 @@ impl Metrics {
             "1 while this replica holds the controllers' leader Lease (or runs without leader election).",
         )?;
         registry.register(Box::new(leader.clone()))?;
+        let shards_held = IntGauge::new(
+            "capstan_shards_held",
+            "Shard Leases this replica holds (with --shard-count; 0 without sharding).",
+        )?;
+        registry.register(Box::new(shards_held.clone()))?;
+        let shard_clusters = IntGauge::new(
+            "capstan_shard_clusters",
+            "Destination clusters whose Applications this replica reconciles now (with --shard-count).",
+        )?;
+        registry.register(Box::new(shard_clusters.clone()))?;
         let build_info = IntGaugeVec::new(
             Opts::new(
                 "capstan_build_info",
@@ -171,6 +186,8 @@ impl Metrics {
         registry.register(Box::new(reconcile_duration.clone()))?;
         Ok(Metrics {
             leader,
+            shards_held,
+            shard_clusters,
             repository_ready: gauge(
                 "capstan_repository_ready",
                 "1 while the Repository's Ready condition is True, else 0.",

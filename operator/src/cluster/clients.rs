@@ -29,7 +29,7 @@ use serde_json::{json, Value};
 
 use super::discovery::DiscoveryCache;
 use super::live::LiveCache;
-use super::requests::KubeRequestLayer;
+use super::requests::{KubeRequestLayer, WriteScope};
 use super::scope::WatchScope;
 use super::{ClusterError, IN_CLUSTER_NAME, IN_CLUSTER_SERVER};
 use crate::api::application::ApplicationDestination;
@@ -376,7 +376,7 @@ impl ClusterClients {
             IN_CLUSTER_SERVER,
             local,
             timeouts,
-            counter.as_ref(),
+            scoped(counter.as_ref(), IN_CLUSTER_NAME).as_ref(),
             scope,
         )?;
         Ok(ClusterClients {
@@ -446,7 +446,7 @@ impl ClusterClients {
             &cluster.spec.server,
             config,
             self.timeouts,
-            self.counter.as_ref(),
+            scoped(self.counter.as_ref(), &label).as_ref(),
         )?;
         cache.insert(
             slot,
@@ -770,6 +770,12 @@ fn watch_config(mut config: Config, t: &ClusterTimeouts) -> Config {
     config.write_timeout = Some(t.write);
     config.reset_reader_on_write = true;
     config
+}
+
+/// The layer of one cluster's handle: its writes are that cluster's (`in-cluster` or the Cluster's
+/// `namespace/name`), which is what a sharded replica's write gate decides on.
+fn scoped(layer: Option<&KubeRequestLayer>, cluster: &str) -> Option<KubeRequestLayer> {
+    layer.map(|l| l.scoped(WriteScope::Cluster(cluster.to_string())))
 }
 
 fn build_client(mut config: Config, name: &str, counter: Option<&KubeRequestLayer>) -> Result<Client, ClusterError> {

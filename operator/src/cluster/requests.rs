@@ -47,18 +47,37 @@ impl WriteFence {
     pub fn is_open(&self) -> bool {
         self.0.load(Ordering::SeqCst)
     }
-
-    /// Whether a request with `method` on `path` is a write the fence holds back.
-    fn holds(&self, method: &Method, path: &str) -> bool {
-        let write = !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS);
-        let exempt = path.starts_with("/apis/coordination.k8s.io/") || path.starts_with("/apis/authorization.k8s.io/");
-        write && !exempt && !self.is_open()
-    }
 }
 
-/// The error of a write held back by a closed [`WriteFence`].
+/// Whether a request is a write a fence or gate governs: Lease writes (the election itself) and
+/// access reviews (questions, not writes) never are.
+fn fenced_write(method: &Method, path: &str) -> bool {
+    let write = !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS);
+    let exempt = path.starts_with("/apis/coordination.k8s.io/") || path.starts_with("/apis/authorization.k8s.io/");
+    write && !exempt
+}
+
+/// Whose writes a client makes, for a [`WriteGate`]: the operator's own (Repositories, Clusters,
+/// ApplicationSets...: the [`WriteFence`] alone decides), the Application controller's on the
+/// operator's cluster (Application status, finalizers, events), or any write into one destination
+/// cluster (`in-cluster` or the Cluster's `namespace/name`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WriteScope {
+    Operator,
+    Applications,
+    Cluster(String),
+}
+
+/// Decides, per write, for clients whose scope is not [`WriteScope::Operator`]: with sharding, a
+/// write passes only while this replica holds the shard its Application or cluster belongs to.
+pub trait WriteGate: Send + Sync + std::fmt::Debug {
+    /// Whether a write on `path` by a client of `scope` may pass now.
+    fn allows(&self, scope: &WriteScope, path: &str) -> bool;
+}
+
+/// The error of a write held back by a closed [`WriteFence`] or a [`WriteGate`].
 #[derive(Debug, thiserror::Error)]
-#[error("not the leader: writes are fenced off until this replica holds the leader Lease")]
+#[error("not the leader: writes are fenced off until this replica holds the Lease they belong to (the leader's or the shard's)")]
 pub struct NotLeader;
 
 /// A tower layer counting Kubernetes API requests by verb and response code, and holding back
@@ -67,6 +86,8 @@ pub struct NotLeader;
 pub struct KubeRequestLayer {
     counter: IntCounterVec,
     fence: WriteFence,
+    gate: Option<Arc<dyn WriteGate>>,
+    scope: WriteScope,
 }
 
 impl KubeRequestLayer {
@@ -75,6 +96,8 @@ impl KubeRequestLayer {
         KubeRequestLayer {
             counter,
             fence: WriteFence::open(),
+            gate: None,
+            scope: WriteScope::Operator,
         }
     }
 
@@ -82,6 +105,28 @@ impl KubeRequestLayer {
     pub fn with_fence(mut self, fence: WriteFence) -> Self {
         self.fence = fence;
         self
+    }
+
+    /// The same layer, asking `gate` about the writes of every scope but the operator's.
+    pub fn with_gate(mut self, gate: Arc<dyn WriteGate>) -> Self {
+        self.gate = Some(gate);
+        self
+    }
+
+    /// The same layer for clients of `scope`.
+    pub fn scoped(&self, scope: WriteScope) -> Self {
+        KubeRequestLayer { scope, ..self.clone() }
+    }
+
+    /// Whether a request with `method` on `path` is held back.
+    fn holds(&self, method: &Method, path: &str) -> bool {
+        if !fenced_write(method, path) {
+            return false;
+        }
+        match &self.gate {
+            Some(gate) if self.scope != WriteScope::Operator => !gate.allows(&self.scope, path),
+            _ => !self.fence.is_open(),
+        }
     }
 }
 
@@ -91,8 +136,7 @@ impl<S> Layer<S> for KubeRequestLayer {
     fn layer(&self, inner: S) -> Self::Service {
         KubeRequestService {
             inner,
-            counter: self.counter.clone(),
-            fence: self.fence.clone(),
+            layer: self.clone(),
         }
     }
 }
@@ -101,8 +145,7 @@ impl<S> Layer<S> for KubeRequestLayer {
 #[derive(Clone, Debug)]
 pub struct KubeRequestService<S> {
     inner: S,
-    counter: IntCounterVec,
-    fence: WriteFence,
+    layer: KubeRequestLayer,
 }
 
 type BoxedFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
@@ -124,8 +167,8 @@ where
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
         let verb = kube_verb(req.method(), req.uri().path(), req.uri().query().unwrap_or_default());
-        let counter = self.counter.clone();
-        if self.fence.holds(req.method(), req.uri().path()) {
+        let counter = self.layer.counter.clone();
+        if self.layer.holds(req.method(), req.uri().path()) {
             counter.with_label_values(&[verb, "fenced"]).inc();
             return Box::pin(std::future::ready(Err(NotLeader.into())));
         }
@@ -176,7 +219,9 @@ mod tests {
 
     #[test]
     fn a_closed_fence_holds_writes_but_not_reads_leases_or_reviews() {
-        let fence = WriteFence::closed();
+        let closed = WriteFence::closed();
+        let counter = IntCounterVec::new(prometheus::Opts::new("t", "t"), &["verb", "code"]).unwrap();
+        let fence = KubeRequestLayer::new(counter).with_fence(closed.clone());
         let cm = "/api/v1/namespaces/ns/configmaps/c";
         assert!(fence.holds(&Method::PATCH, cm));
         assert!(fence.holds(&Method::POST, "/apis/batch/v1/namespaces/ns/jobs"));
@@ -184,8 +229,44 @@ mod tests {
         assert!(!fence.holds(&Method::GET, cm));
         assert!(!fence.holds(&Method::PUT, "/apis/coordination.k8s.io/v1/namespaces/ns/leases/l"));
         assert!(!fence.holds(&Method::POST, "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"));
-        fence.set_open(true);
+        closed.set_open(true);
         assert!(!fence.holds(&Method::PATCH, cm));
+    }
+
+    #[derive(Debug)]
+    struct OnlyCluster(&'static str);
+
+    impl WriteGate for OnlyCluster {
+        fn allows(&self, scope: &WriteScope, _path: &str) -> bool {
+            *scope == WriteScope::Cluster(self.0.into())
+        }
+    }
+
+    #[test]
+    fn a_gate_decides_for_scoped_clients_and_the_fence_for_the_operators() {
+        let counter = IntCounterVec::new(prometheus::Opts::new("t", "t"), &["verb", "code"]).unwrap();
+        let fence = WriteFence::closed();
+        let layer = KubeRequestLayer::new(counter)
+            .with_fence(fence.clone())
+            .with_gate(Arc::new(OnlyCluster("ns/a")));
+        let cm = "/api/v1/namespaces/ns/configmaps/c";
+        assert!(!layer
+            .scoped(WriteScope::Cluster("ns/a".into()))
+            .holds(&Method::PATCH, cm));
+        assert!(layer
+            .scoped(WriteScope::Cluster("ns/b".into()))
+            .holds(&Method::PATCH, cm));
+        assert!(layer.scoped(WriteScope::Applications).holds(&Method::PATCH, cm));
+        assert!(!layer.scoped(WriteScope::Cluster("ns/b".into())).holds(&Method::GET, cm));
+        assert!(
+            layer.holds(&Method::PATCH, cm),
+            "the operator's writes follow the fence"
+        );
+        fence.set_open(true);
+        assert!(!layer.holds(&Method::PATCH, cm));
+        assert!(layer
+            .scoped(WriteScope::Cluster("ns/b".into()))
+            .holds(&Method::PATCH, cm));
     }
 
     #[test]

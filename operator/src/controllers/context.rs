@@ -16,6 +16,7 @@ use kube::Client;
 use super::error::{BackoffPolicy, Backoffs};
 use super::notifier::RevisionNotifier;
 use super::queue::QueueDepth;
+use super::shard::Shards;
 use crate::cluster::requests::{KubeRequestLayer, WriteFence};
 use crate::cluster::scope::{self, WatchScope, WatchStream};
 use crate::cluster::ClusterClients;
@@ -113,6 +114,9 @@ pub struct Context {
     pub fence: WriteFence,
     /// Each controller's queue depth (`capstan_reconcile_queue_depth`), made on first use.
     queues: Mutex<BTreeMap<&'static str, Arc<QueueDepth>>>,
+    /// With `--shard-count`: this replica's shards, and the client (gated per Application) the
+    /// Application controller writes with.
+    sharding: Option<(Arc<Shards>, Client)>,
 }
 
 impl std::fmt::Debug for Context {
@@ -150,6 +154,7 @@ impl Context {
             policies: crate::policy::Cache::default(),
             fence: WriteFence::open(),
             queues: Mutex::default(),
+            sharding: None,
         }
     }
 
@@ -158,6 +163,41 @@ impl Context {
     pub fn with_fence(mut self, fence: WriteFence) -> Self {
         self.fence = fence;
         self
+    }
+
+    /// The context of a sharded replica: the Application controller reconciles only the
+    /// Applications of `shards`' clusters and writes through `apps_client` (whose layer asks
+    /// `shards` about every write).
+    pub fn with_shards(mut self, shards: Arc<Shards>, apps_client: Client) -> Self {
+        self.sharding = Some((shards, apps_client));
+        self
+    }
+
+    /// This replica's shards, when sharded.
+    pub fn shards(&self) -> Option<&Arc<Shards>> {
+        self.sharding.as_ref().map(|(s, _)| s)
+    }
+
+    /// The Application controller's context: this one, or under sharding one that shares every
+    /// cache and hand-off with it but writes (events included) through the sharded client and is
+    /// not held by the leader fence (its writes are decided per Application).
+    pub fn application_context(self: &Arc<Self>) -> Arc<Context> {
+        let Some((shards, client)) = &self.sharding else {
+            return Arc::clone(self);
+        };
+        let mut ctx = Context::new(
+            client.clone(),
+            self.settings.clone(),
+            Arc::clone(&self.git),
+            self.metrics.clone(),
+        );
+        ctx.notifier = Arc::clone(&self.notifier);
+        ctx.readiness = Arc::clone(&self.readiness);
+        ctx.clusters = self.clusters.clone();
+        ctx.renderer = Arc::clone(&self.renderer);
+        ctx.binaries = self.binaries.clone();
+        ctx.sharding = Some((Arc::clone(shards), client.clone()));
+        Arc::new(ctx)
     }
 
     /// The context with destination cluster clients (the operator's own cluster and Cluster objects).
@@ -233,6 +273,15 @@ impl Context {
         action: &str,
         note: &str,
     ) {
+        if let Some(shards) = self.shards() {
+            let (ns, name) = (regarding.namespace.as_deref(), regarding.name.as_deref());
+            if regarding.kind.as_deref() == Some("Application")
+                && !shards.owns_application(ns.unwrap_or_default(), name.unwrap_or_default())
+            {
+                // Another replica's Application now: its events are that replica's to publish.
+                return;
+            }
+        }
         let event = Event {
             type_,
             reason: reason.to_string(),

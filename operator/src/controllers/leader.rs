@@ -177,36 +177,93 @@ pub async fn run(
     settings: LeaseSettings,
     leading: watch::Sender<bool>,
     fence: Option<WriteFence>,
-    mut step_down: Option<watch::Receiver<u64>>,
+    step_down: Option<watch::Receiver<u64>>,
     shutdown: Shutdown,
 ) {
-    let api: Api<Lease> = Api::namespaced(client, &settings.namespace);
-    let set = |is_leader: bool| {
+    let name = settings.name.clone();
+    let identity = settings.identity.clone();
+    let publish = move |views: &[LeaseView]| {
+        let is_leader = views.first().is_some_and(|v| v.held);
         if let Some(f) = &fence {
             f.set_open(is_leader);
         }
         if leading.send_if_modified(|l| std::mem::replace(l, is_leader) != is_leader) {
-            tracing::info!(
-                lease = settings.name,
-                identity = settings.identity,
-                "leading: {is_leader}"
-            );
+            tracing::info!(lease = name, identity, "leading: {is_leader}");
         }
     };
-    let mut last_renew: Option<Instant> = None;
+    run_set(client, vec![settings], 1, publish, step_down, shutdown).await;
+}
+
+/// One Lease of a set as this replica last saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseView {
+    /// The Lease's name.
+    pub name: String,
+    /// This replica holds it (renewed within the renew deadline): it may act for it.
+    pub held: bool,
+    /// Someone (this replica included) holds it and it had not expired when last read.
+    pub live: bool,
+}
+
+/// A Lease of a set and this replica's term on it.
+struct Slot {
+    settings: LeaseSettings,
+    /// When the last successful acquire or renew was asked (`None`: not held).
+    last_renew: Option<Instant>,
+    live: bool,
+}
+
+impl Slot {
+    fn held(&self) -> bool {
+        self.last_renew
+            .is_some_and(|t| t.elapsed() < self.settings.renew_deadline)
+    }
+
+    fn view(&self) -> LeaseView {
+        LeaseView {
+            name: self.settings.name.clone(),
+            held: self.held(),
+            live: self.live || self.held(),
+        }
+    }
+}
+
+/// Competes for the Leases of `leases` (same namespace, identity and timing; shards use one per
+/// shard), holding at most `max_held` of them, until `shutdown`: every round renews those held,
+/// reads the others (a free or expired one is taken while fewer than `max_held` are held) and
+/// hands every Lease's view to `publish` — at the latest when a held Lease reaches its renew
+/// deadline, so that a replica whose renewals hang stops acting in time. On `step_down` every held
+/// Lease is released and the replica stays out for one lease duration; on shutdown held Leases
+/// are released.
+pub async fn run_set(
+    client: Client,
+    leases: Vec<LeaseSettings>,
+    max_held: usize,
+    mut publish: impl FnMut(&[LeaseView]) + Send,
+    mut step_down: Option<watch::Receiver<u64>>,
+    shutdown: Shutdown,
+) {
+    let Some(first) = leases.first().cloned() else { return };
+    let api: Api<Lease> = Api::namespaced(client, &first.namespace);
+    let mut slots: Vec<Slot> = leases
+        .into_iter()
+        .map(|settings| Slot {
+            settings,
+            last_renew: None,
+            live: false,
+        })
+        .collect();
     let mut pause_until: Option<Instant> = None;
     loop {
         if pause_until.is_none_or(|p| Instant::now() >= p) {
-            // The term is counted from before the request: the server's renewTime is later.
-            let asked = Instant::now();
-            match round(&api, &settings).await {
-                Ok(true) => last_renew = Some(asked),
-                Ok(false) => last_renew = None,
-                Err(e) => tracing::warn!(lease = settings.name, "lease request failed: {e}"),
-            }
+            campaign(&api, &mut slots, max_held).await;
         }
-        set(last_renew.is_some_and(|t| t.elapsed() < settings.renew_deadline));
-        let wait = next_wait(&settings, last_renew);
+        publish(&slots.iter().map(Slot::view).collect::<Vec<_>>());
+        let wait = slots
+            .iter()
+            .map(|s| next_wait(&s.settings, s.last_renew))
+            .min()
+            .unwrap_or(first.retry);
         let stepped = async {
             match step_down.as_mut() {
                 Some(rx) => rx.changed().await.is_ok(),
@@ -218,17 +275,50 @@ pub async fn run(
             _ = tokio::time::sleep(wait) => {}
             changed = stepped => {
                 if !changed { break; }
-                tracing::warn!(lease = settings.name, "stepping down");
-                set(false);
-                release(&api, &settings).await;
-                last_renew = None;
-                pause_until = Some(Instant::now() + settings.duration);
+                tracing::warn!(lease = first.name, "stepping down");
+                // Stop acting first, then let go: no write may follow the release.
+                for slot in slots.iter_mut() {
+                    slot.last_renew = None;
+                }
+                publish(&slots.iter().map(Slot::view).collect::<Vec<_>>());
+                for slot in &slots {
+                    release(&api, &slot.settings).await;
+                }
+                pause_until = Some(Instant::now() + first.duration);
             }
         }
     }
-    if *leading.borrow() {
-        set(false);
-        release(&api, &settings).await;
+    let held: Vec<usize> = (0..slots.len()).filter(|i| slots[*i].held()).collect();
+    for s in &mut slots {
+        s.last_renew = None;
+    }
+    publish(&slots.iter().map(Slot::view).collect::<Vec<_>>());
+    for i in held {
+        release(&api, &slots[i].settings).await;
+    }
+}
+
+/// One round over the set: renew what is held, take what is free while under `max_held`, and note
+/// which Leases someone else holds.
+async fn campaign(api: &Api<Lease>, slots: &mut [Slot], max_held: usize) {
+    let mut holding = slots.iter().filter(|s| s.held()).count();
+    for slot in slots.iter_mut() {
+        let was_held = slot.held();
+        let may_take = was_held || holding < max_held;
+        // The term is counted from before the request: the server's renewTime is later.
+        let asked = Instant::now();
+        match round(api, &slot.settings, may_take).await {
+            Ok(seen) => {
+                slot.live = seen.live;
+                slot.last_renew = seen.held.then_some(asked);
+                if seen.held && !was_held {
+                    holding += 1;
+                } else if !seen.held && was_held {
+                    holding -= 1;
+                }
+            }
+            Err(e) => tracing::warn!(lease = slot.settings.name, "lease request failed: {e}"),
+        }
     }
 }
 
@@ -244,10 +334,28 @@ fn next_wait(settings: &LeaseSettings, last_renew: Option<Instant>) -> Duration 
     }
 }
 
-/// One get + create/replace. `Ok(true)` when we hold the Lease afterwards.
-async fn round(api: &Api<Lease>, settings: &LeaseSettings) -> Result<bool, kube::Error> {
+/// A Lease after one round.
+struct Seen {
+    /// This replica holds it.
+    held: bool,
+    /// Someone holds it (not expired).
+    live: bool,
+}
+
+/// One get, then (when the Lease is ours or free and `may_take`) create or replace.
+async fn round(api: &Api<Lease>, settings: &LeaseSettings, may_take: bool) -> Result<Seen, kube::Error> {
     let me = settings.identity.as_str();
+    let lost = Seen {
+        held: false,
+        live: true,
+    };
     let Some(current) = api.get_opt(&settings.name).await? else {
+        if !may_take {
+            return Ok(Seen {
+                held: false,
+                live: false,
+            });
+        }
         let lease = Lease {
             metadata: ObjectMeta {
                 name: Some(settings.name.clone()),
@@ -256,14 +364,21 @@ async fn round(api: &Api<Lease>, settings: &LeaseSettings) -> Result<bool, kube:
             spec: Some(held_spec(settings, None, 0)),
         };
         return match api.create(&PostParams::default(), &lease).await {
-            Ok(_) => Ok(true),
-            Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+            Ok(_) => Ok(Seen { held: true, live: true }),
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(lost),
             Err(e) => Err(e),
         };
     };
     let action = decide(current.spec.as_ref(), me, Timestamp::now(), settings.duration);
-    if action == LeaseAction::Standby {
-        return Ok(false);
+    match action {
+        LeaseAction::Standby => return Ok(lost),
+        LeaseAction::Acquire if !may_take => {
+            return Ok(Seen {
+                held: false,
+                live: false,
+            })
+        }
+        _ => {}
     }
     let old = current.spec.clone().unwrap_or_default();
     let transitions = old.lease_transitions.unwrap_or(0) + i32::from(action == LeaseAction::Acquire);
@@ -271,8 +386,8 @@ async fn round(api: &Api<Lease>, settings: &LeaseSettings) -> Result<bool, kube:
     let mut next = current;
     next.spec = Some(held_spec(settings, acquired, transitions));
     match api.replace(&settings.name, &PostParams::default(), &next).await {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+        Ok(_) => Ok(Seen { held: true, live: true }),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(lost),
         Err(e) => Err(e),
     }
 }

@@ -28,6 +28,7 @@ pub mod policy_access;
 pub mod policy_set;
 pub mod queue;
 pub mod repository;
+pub mod shard;
 pub mod status;
 pub mod stores;
 #[cfg(test)]
@@ -229,7 +230,10 @@ pub async fn run(ctx: Arc<Context>, controllers: &ControllerSet, shutdown: Shutd
         tracing::info!(controller = name.as_str(), "starting controller");
         match name {
             ControllerName::Repository => tasks.spawn(async move { (name, repository::run(ctx, shutdown).await) }),
-            ControllerName::Application => tasks.spawn(async move { (name, application::run(ctx, shutdown).await) }),
+            ControllerName::Application => {
+                let ctx = ctx.application_context();
+                tasks.spawn(async move { (name, application::run(ctx, shutdown).await) })
+            }
             ControllerName::Cluster => tasks.spawn(async move { (name, cluster::run(ctx, shutdown).await) }),
             ControllerName::PolicySet => tasks.spawn(async move { (name, policy_set::run(ctx, shutdown).await) }),
             ControllerName::ApplicationSet => {
@@ -371,7 +375,7 @@ fn controller_event<T, E, Q>(
 }
 
 /// How soon a standby replica looks at an object again.
-const STANDBY_RECHECK: Duration = Duration::from_secs(2);
+pub(crate) const STANDBY_RECHECK: Duration = Duration::from_secs(2);
 
 /// The outcome label of a reconcile in `capstan_reconcile_total{result}`.
 fn result_label(result: &Result<Action, Error>) -> &'static str {

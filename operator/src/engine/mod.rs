@@ -7,3 +7,4 @@ pub mod health;
 pub mod object;
 pub mod plan;
 pub mod protect;
+pub mod shard;

@@ -263,6 +263,9 @@ impl State {
         lock(&self.self_heal).remove(&key);
         lock(&self.deletion_attempts).remove(&key);
         lock(&self.dry_run_reported).remove(&key);
+        if let Some(shards) = ctx.shards() {
+            shards.forget(&app.namespace().unwrap_or_default(), &app.name_any());
+        }
         lock(&self.instances).retain(|_, r| !(r.name == app.name_any() && r.namespace == app.namespace()));
     }
 

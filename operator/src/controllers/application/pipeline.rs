@@ -35,6 +35,11 @@ use super::executor::Owner;
 
 /// Reconciles one Application (see the parent module).
 pub async fn reconcile(app: Arc<Application>, ctx: Arc<Context>, state: Arc<State>) -> Result<Action, Error> {
+    if ctx.shards().is_some_and(|s| !s.admit(&app)) {
+        // Another shard's (or not yet ours): look again soon, so a shard taken over is picked up
+        // within moments.
+        return Ok(Action::requeue(crate::controllers::STANDBY_RECHECK));
+    }
     let started = Instant::now();
     let result = if app.metadata.deletion_timestamp.is_some() {
         deletion::cleanup(&app, &ctx, &state).await

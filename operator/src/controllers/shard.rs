@@ -1,0 +1,382 @@
+//! Sharding of the Application controller (`capstan run --shard-count N`; docs/architecture.md,
+//! "Sharding", and docs/user-guide.md, "High availability").
+//!
+//! Each replica competes for the shard Leases `capstan-controller-shard-<i>` (one at most) through
+//! the same Lease loop as leader election ([`super::leader::run_set`]), watches the Cluster
+//! objects, and recomputes after every Lease round and every Cluster change which destination
+//! clusters it reconciles: [`crate::engine::shard`] assigns cluster keys (`in-cluster`, or a
+//! Cluster's `namespace/name`) to the live shards, and its [`Handoff`] decides when a cluster just
+//! given to this replica may be written to.
+//!
+//! [`Shards`] is also the [`WriteGate`] of the sharded clients: a write into a destination cluster
+//! passes only while that cluster is this replica's, and a write of an Application (status,
+//! finalizers, operation) only while the Application's cluster is. Applications whose destination
+//! names no known Cluster belong to the shard of `in-cluster` (their error is reported once).
+//! Repositories, Clusters, PolicySets and ApplicationSets are not sharded: the holder of the
+//! leader Lease `capstan-controller` reconciles them.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::runtime::{reflector, watcher, WatchStreamExt};
+use kube::{Api, Client, ResourceExt};
+
+use super::leader::{self, LeaseSettings, LeaseView};
+use super::Shutdown;
+use crate::api::application::ApplicationDestination;
+use crate::api::{Application, Cluster};
+use crate::cluster::requests::{WriteGate, WriteScope};
+use crate::cluster::{IN_CLUSTER_NAME, IN_CLUSTER_SERVER};
+use crate::engine::shard::{self, Handoff, LoadBound, Observation};
+use crate::metrics::Metrics;
+
+/// A Cluster object as the assignment needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct KnownCluster {
+    namespace: String,
+    name: String,
+    server: String,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    handoff: Handoff,
+    live: BTreeSet<u32>,
+    mine: BTreeSet<u32>,
+    clusters: Vec<KnownCluster>,
+    /// The cluster key of every Application admitted so far (`namespace/name` → key).
+    bindings: HashMap<String, String>,
+}
+
+/// This replica's shards and the clusters (hence Applications) it may write for.
+#[derive(Debug)]
+pub struct Shards {
+    count: u32,
+    operator_namespace: String,
+    /// How long a cluster taken from a live shard waits before it is written to.
+    settle: Duration,
+    started: Instant,
+    state: Mutex<State>,
+}
+
+impl Shards {
+    /// `count` shards (1..=[`shard::MAX_SHARDS`]); `settle` is the lease duration.
+    pub fn new(count: u32, operator_namespace: &str, settle: Duration) -> Self {
+        Shards {
+            count,
+            operator_namespace: operator_namespace.to_string(),
+            settle,
+            started: Instant::now(),
+            state: Mutex::default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        super::lock(&self.state)
+    }
+
+    /// The number of shards.
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// The Lease loop's view of the shard Leases (in shard order).
+    pub fn observe_leases(&self, views: &[LeaseView]) {
+        let mut state = self.lock();
+        let ids = |f: fn(&LeaseView) -> bool| -> BTreeSet<u32> {
+            (0..self.count)
+                .zip(views)
+                .filter(|(_, v)| f(v))
+                .map(|(i, _)| i)
+                .collect()
+        };
+        state.live = ids(|v| v.live);
+        state.mine = ids(|v| v.held);
+        self.recompute(&mut state);
+    }
+
+    /// The Cluster objects, after every change of the watch.
+    fn observe_clusters(&self, clusters: Vec<KnownCluster>) {
+        let mut state = self.lock();
+        if state.clusters != clusters {
+            state.clusters = clusters;
+            self.recompute(&mut state);
+        }
+    }
+
+    fn recompute(&self, state: &mut State) {
+        let keys: Vec<String> = std::iter::once(IN_CLUSTER_NAME.to_string())
+            .chain(state.clusters.iter().map(|c| format!("{}/{}", c.namespace, c.name)))
+            .collect();
+        let seen = Observation {
+            live: &state.live,
+            mine: &state.mine,
+            keys: &keys,
+            now_ms: self.started.elapsed().as_millis() as u64,
+            settle_ms: self.settle.as_millis() as u64,
+        };
+        let next = state.handoff.observe(&seen, LoadBound::default());
+        if next.effective != state.handoff.effective || next.pending.len() != state.handoff.pending.len() {
+            tracing::info!(
+                shards = ?state.mine,
+                live = ?state.live,
+                clusters = ?next.effective,
+                waiting = next.pending.len(),
+                "shard ownership changed"
+            );
+        }
+        state.handoff = next;
+    }
+
+    /// The cluster key of a destination, as the Cluster store resolves it (the Application's
+    /// namespace first, then the operator namespace, as destinations resolve).
+    fn key_of(&self, state: &State, app_namespace: &str, destination: &ApplicationDestination) -> String {
+        let server = destination.server.as_deref().filter(|s| !s.is_empty());
+        let name = destination.name.as_deref().filter(|s| !s.is_empty());
+        let in_cluster = server.is_some_and(|s| s.trim_end_matches('/') == IN_CLUSTER_SERVER)
+            || (server.is_none() && name == Some(IN_CLUSTER_NAME));
+        let found = [app_namespace, self.operator_namespace.as_str()]
+            .into_iter()
+            .find_map(|ns| {
+                state.clusters.iter().find(|c| {
+                    c.namespace == ns
+                        && match (server, name) {
+                            (Some(s), _) => c.server.trim_end_matches('/') == s.trim_end_matches('/'),
+                            (None, Some(n)) => c.name == n,
+                            (None, None) => false,
+                        }
+                })
+            });
+        match found {
+            Some(c) if !in_cluster => format!("{}/{}", c.namespace, c.name),
+            _ => IN_CLUSTER_NAME.to_string(),
+        }
+    }
+
+    /// Whether this replica reconciles `app` now; remembers the Application's cluster for the
+    /// write gate.
+    pub fn admit(&self, app: &Application) -> bool {
+        let mut state = self.lock();
+        let id = format!("{}/{}", app.namespace().unwrap_or_default(), app.name_any());
+        let key = self.key_of(&state, &app.namespace().unwrap_or_default(), &app.spec.destination);
+        let admitted = state.handoff.effective.contains(&key);
+        state.bindings.insert(id, key);
+        admitted
+    }
+
+    /// Whether this replica may write for Application `namespace/name` (as last admitted).
+    pub fn owns_application(&self, namespace: &str, name: &str) -> bool {
+        let state = self.lock();
+        state
+            .bindings
+            .get(&format!("{namespace}/{name}"))
+            .is_some_and(|key| state.handoff.effective.contains(key))
+    }
+
+    /// Forgets a deleted Application.
+    pub fn forget(&self, namespace: &str, name: &str) {
+        self.lock().bindings.remove(&format!("{namespace}/{name}"));
+    }
+
+    /// The clusters this replica writes for now.
+    pub fn effective(&self) -> BTreeSet<String> {
+        self.lock().handoff.effective.clone()
+    }
+
+    /// The shards this replica holds.
+    pub fn held(&self) -> BTreeSet<u32> {
+        self.lock().mine.clone()
+    }
+}
+
+/// `namespace/name` of the Application a request path is about, when it is one
+/// (`/apis/capstan.dev/<version>/namespaces/<ns>/applications/<name>[/<subresource>]`).
+fn application_of(path: &str) -> Option<(&str, &str)> {
+    let rest = path.strip_prefix("/apis/capstan.dev/")?;
+    let mut parts = rest.split('/');
+    let (_version, ns_word, ns, plural, name) = (
+        parts.next()?,
+        parts.next()?,
+        parts.next()?,
+        parts.next()?,
+        parts.next()?,
+    );
+    (ns_word == "namespaces" && plural == "applications" && !name.is_empty()).then_some((ns, name))
+}
+
+impl WriteGate for Shards {
+    fn allows(&self, scope: &WriteScope, path: &str) -> bool {
+        match scope {
+            WriteScope::Cluster(key) => self.lock().handoff.effective.contains(key),
+            WriteScope::Applications => match application_of(path) {
+                Some((ns, name)) => self.owns_application(ns, name),
+                // Events (checked per Application before they are sent) and nothing else.
+                None => !self.lock().handoff.effective.is_empty(),
+            },
+            WriteScope::Operator => true,
+        }
+    }
+}
+
+/// The shard Leases' settings: `template`'s namespace, identity and timing, one name per shard.
+pub fn leases(template: &LeaseSettings, count: u32) -> Vec<LeaseSettings> {
+    (0..count)
+        .map(|i| LeaseSettings {
+            name: shard::lease_name(i),
+            ..template.clone()
+        })
+        .collect()
+}
+
+/// Runs the shard Lease loop and the Cluster watch until `shutdown`, keeping `shards` current and
+/// the gauges `capstan_shards_held` and `capstan_shard_clusters` with it (after every Lease round).
+pub async fn run(client: Client, shards: Arc<Shards>, template: LeaseSettings, metrics: Metrics, shutdown: Shutdown) {
+    let watch = tokio::spawn(watch_clusters(client.clone(), Arc::clone(&shards)));
+    let observer = Arc::clone(&shards);
+    let publish = move |views: &[LeaseView]| {
+        observer.observe_leases(views);
+        metrics.shards_held.set(views.iter().filter(|v| v.held).count() as i64);
+        metrics.shard_clusters.set(observer.effective().len() as i64);
+    };
+    let leases = leases(&template, shards.count);
+    leader::run_set(client, leases, 1, publish, None, shutdown).await;
+    watch.abort();
+}
+
+/// Feeds every change of the Cluster objects (all namespaces) to `shards`.
+async fn watch_clusters(client: Client, shards: Arc<Shards>) {
+    let (reader, writer) = reflector::store::<Cluster>();
+    let stream = watcher(Api::<Cluster>::all(client), watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .touched_objects();
+    let mut stream = std::pin::pin!(stream);
+    while stream.next().await.is_some() {
+        let mut clusters: Vec<KnownCluster> = reader
+            .state()
+            .iter()
+            .map(|c| KnownCluster {
+                namespace: c.namespace().unwrap_or_default(),
+                name: c.name_any(),
+                server: c.spec.server.clone(),
+            })
+            .collect();
+        clusters.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        shards.observe_clusters(clusters);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster(ns: &str, name: &str, server: &str) -> KnownCluster {
+        KnownCluster {
+            namespace: ns.into(),
+            name: name.into(),
+            server: server.into(),
+        }
+    }
+
+    fn dest(server: Option<&str>, name: Option<&str>) -> ApplicationDestination {
+        ApplicationDestination {
+            server: server.map(Into::into),
+            name: name.map(Into::into),
+            ..Default::default()
+        }
+    }
+
+    fn view(name: u32, held: bool, live: bool) -> LeaseView {
+        LeaseView {
+            name: shard::lease_name(name),
+            held,
+            live,
+        }
+    }
+
+    #[test]
+    fn destinations_map_to_cluster_keys_as_they_resolve() {
+        let shards = Shards::new(3, "capstan-system", Duration::ZERO);
+        let mut state = State {
+            clusters: vec![
+                cluster("capstan-system", "east", "https://east:6443"),
+                cluster("team", "east", "https://team-east:6443/"),
+            ],
+            ..State::default()
+        };
+        let key = |d| shards.key_of(&state, "team", &d);
+        assert_eq!(key(dest(Some("https://kubernetes.default.svc/"), None)), "in-cluster");
+        assert_eq!(key(dest(None, Some("in-cluster"))), "in-cluster");
+        assert_eq!(
+            key(dest(None, Some("east"))),
+            "team/east",
+            "the Application's namespace first"
+        );
+        assert_eq!(key(dest(Some("https://east:6443"), None)), "capstan-system/east");
+        assert_eq!(key(dest(Some("https://team-east:6443"), None)), "team/east");
+        assert_eq!(
+            key(dest(None, Some("nowhere"))),
+            "in-cluster",
+            "unknown: the in-cluster shard"
+        );
+        state.clusters.clear();
+        assert_eq!(shards.key_of(&state, "team", &dest(None, Some("east"))), "in-cluster");
+    }
+
+    #[test]
+    fn the_gate_follows_the_shards_held() {
+        let shards = Shards::new(2, "capstan-system", Duration::ZERO);
+        shards.observe_clusters(vec![
+            cluster("capstan-system", "a", "https://a"),
+            cluster("capstan-system", "b", "https://b"),
+            cluster("capstan-system", "c", "https://c"),
+        ]);
+        let cm = "/api/v1/namespaces/ns/configmaps/x";
+        // Nothing held: nothing passes.
+        shards.observe_leases(&[view(0, false, false), view(1, false, false)]);
+        assert!(!shards.allows(&WriteScope::Cluster("in-cluster".into()), cm));
+        // Both shards held (settle 0): every cluster passes, the operator scope is not ours to decide.
+        shards.observe_leases(&[view(0, true, true), view(1, true, true)]);
+        assert_eq!(shards.effective().len(), 4);
+        assert!(shards.allows(&WriteScope::Cluster("capstan-system/b".into()), cm));
+        assert!(shards.allows(&WriteScope::Operator, cm));
+        // Shard 1 goes to another replica: only shard 0's clusters still pass.
+        shards.observe_leases(&[view(0, true, true), view(1, false, true)]);
+        let mine = shards.effective();
+        assert!(!mine.is_empty() && mine.len() < 4);
+        for key in ["in-cluster", "capstan-system/a", "capstan-system/b", "capstan-system/c"] {
+            assert_eq!(
+                shards.allows(&WriteScope::Cluster(key.into()), cm),
+                mine.contains(key),
+                "{key}"
+            );
+        }
+    }
+
+    #[test]
+    fn application_writes_follow_the_applications_cluster() {
+        let shards = Shards::new(1, "capstan-system", Duration::ZERO);
+        shards.observe_leases(&[view(0, true, true)]);
+        let status = "/apis/capstan.dev/v1alpha1/namespaces/team/applications/web/status";
+        assert_eq!(application_of(status), Some(("team", "web")));
+        assert_eq!(
+            application_of("/apis/capstan.dev/v1alpha1/namespaces/team/applications"),
+            None
+        );
+        assert_eq!(application_of("/api/v1/namespaces/team/configmaps/web"), None);
+        assert!(!shards.allows(&WriteScope::Applications, status), "not admitted yet");
+        let app: Application = serde_json::from_value(serde_json::json!({
+            "apiVersion": "capstan.dev/v1alpha1", "kind": "Application",
+            "metadata": {"name": "web", "namespace": "team"},
+            "spec": {"destination": {"name": "in-cluster"}, "source": {"repoURL": "https://g/r", "path": "."}}
+        }))
+        .unwrap();
+        assert!(shards.admit(&app));
+        assert!(shards.allows(&WriteScope::Applications, status));
+        shards.observe_leases(&[view(0, false, false)]);
+        assert!(!shards.allows(&WriteScope::Applications, status));
+        assert!(!shards.admit(&app));
+    }
+}
