@@ -2,8 +2,8 @@
 //! for a cluster it was just given (docs/architecture.md, "Sharding").
 //!
 //! - [`assign`]: bounded-load consistent hashing. Every live shard has [`VIRTUAL_NODES`] points on a
-//!   64-bit ring; cluster keys are placed in the order of their own hash, each on the first shard
-//!   clockwise from it that is below the load bound ([`LoadBound`], 1.25 × the average by default).
+//!   64-bit ring; each cluster key goes to the first shard clockwise from its hash that is below the
+//!   load bound ([`LoadBound`], 1.25 × the average by default), nearest keys first.
 //!   A shard that leaves gives its clusters to the others (spread by the ring, none over the bound);
 //!   a shard that joins takes about its share; the rest stay put.
 //! - [`Handoff`]: a replica computes the assignment from what it observes (the shard Leases and the
@@ -18,8 +18,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Points of each shard on the ring: enough that 10 shards split 100 clusters within the bound
-/// without long cascades, few enough to build the ring in microseconds.
-pub const VIRTUAL_NODES: u32 = 64;
+/// with few moves beyond the leaving shard's own clusters, few enough to build the ring in well
+/// under a millisecond.
+pub const VIRTUAL_NODES: u32 = 160;
 
 /// The largest `--shard-count` (a bound on the Leases each replica reads every retry period).
 pub const MAX_SHARDS: u32 = 64;
@@ -73,32 +74,92 @@ fn ring(shards: &BTreeSet<u32>) -> Vec<(u64, u32)> {
     points
 }
 
+/// A key's walk clockwise round the ring: the shards it has proposed to so far.
+struct Walk<'a> {
+    key: &'a str,
+    hash: u64,
+    /// Ring index where the walk starts (the first point at or after the key's hash).
+    start: usize,
+    /// Points passed so far.
+    cursor: usize,
+    tried: Vec<u32>,
+}
+
+impl Walk<'_> {
+    /// The next shard on the walk not proposed to yet, with its clockwise distance from the key.
+    fn next(&mut self, points: &[(u64, u32)]) -> Option<(u64, u32)> {
+        while self.cursor < points.len() {
+            let (at, shard) = points[(self.start + self.cursor) % points.len()];
+            self.cursor += 1;
+            if !self.tried.contains(&shard) {
+                self.tried.push(shard);
+                return Some((at.wrapping_sub(self.hash), shard));
+            }
+        }
+        None
+    }
+}
+
 /// The shard of every key: bounded-load consistent hashing over `shards` (the live shard ids).
 /// Deterministic: the same shards and keys give the same answer in every replica, whatever their
 /// order. No shards, no assignment.
+///
+/// Placed in rounds: in each round every key not placed yet proposes to the next shard clockwise
+/// on its walk, and the proposals are taken nearest first until the shard is full. A key thus
+/// loses its place only to keys nearer to the same shard, which keeps the clusters that move when a
+/// shard leaves or joins to the few the load bound must move.
 pub fn assign<S: AsRef<str>>(shards: &BTreeSet<u32>, keys: &[S], bound: LoadBound) -> BTreeMap<String, u32> {
-    let mut ordered: Vec<(u64, &str)> = keys
-        .iter()
-        .map(|k| (stable_hash(k.as_ref().as_bytes()), k.as_ref()))
-        .collect();
-    ordered.sort_unstable();
-    ordered.dedup();
     let points = ring(shards);
+    let mut unique: Vec<&str> = keys.iter().map(AsRef::as_ref).collect();
+    unique.sort_unstable();
+    unique.dedup();
     if points.is_empty() {
         return BTreeMap::new();
     }
-    let cap = bound.capacity(ordered.len(), shards.len());
+    let cap = bound.capacity(unique.len(), shards.len());
     let mut load: BTreeMap<u32, usize> = shards.iter().map(|s| (*s, 0)).collect();
+    let mut pending: Vec<Walk> = unique
+        .into_iter()
+        .map(|key| {
+            let hash = stable_hash(key.as_bytes());
+            let start = points.partition_point(|(p, _)| *p < hash);
+            Walk {
+                key,
+                hash,
+                start,
+                cursor: 0,
+                tried: Vec::new(),
+            }
+        })
+        .collect();
     let mut out = BTreeMap::new();
-    for (h, key) in ordered {
-        let start = points.partition_point(|(p, _)| *p < h);
-        // Some shard is always below `cap` (cap × shards ≥ keys), so the walk ends within one turn.
-        let shard = (0..points.len())
-            .map(|i| points[(start + i) % points.len()].1)
-            .find(|s| load[s] < cap)
-            .unwrap_or(points[start % points.len()].1);
-        *load.entry(shard).or_default() += 1;
-        out.insert(key.to_string(), shard);
+    // Some shard is always below `cap` (cap × shards ≥ keys), so every key is placed within one
+    // round per shard.
+    while !pending.is_empty() {
+        let mut proposals: Vec<(u64, usize, u32)> = Vec::with_capacity(pending.len());
+        for (i, walk) in pending.iter_mut().enumerate() {
+            if let Some((distance, shard)) = walk.next(&points) {
+                proposals.push((distance, i, shard));
+            }
+        }
+        if proposals.is_empty() {
+            break;
+        }
+        proposals.sort_unstable_by(|a, b| (a.0, pending[a.1].key).cmp(&(b.0, pending[b.1].key)));
+        let mut placed = vec![false; pending.len()];
+        for (_, i, shard) in proposals {
+            let slot = load.entry(shard).or_default();
+            if *slot < cap {
+                *slot += 1;
+                placed[i] = true;
+                out.insert(pending[i].key.to_string(), shard);
+            }
+        }
+        let mut index = 0;
+        pending.retain(|_| {
+            index += 1;
+            !placed[index - 1]
+        });
     }
     out
 }
