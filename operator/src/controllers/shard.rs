@@ -250,8 +250,8 @@ async fn watch_clusters(client: Client, shards: Arc<Shards>) {
     let (reader, writer) = reflector::store::<Cluster>();
     let stream = watcher(Api::<Cluster>::all(client), watcher::Config::default())
         .default_backoff()
-        .reflect(writer)
-        .touched_objects();
+        // Every event, `InitDone` included: the store shows a (re)list only once it is complete.
+        .reflect(writer);
     let mut stream = std::pin::pin!(stream);
     while stream.next().await.is_some() {
         let mut clusters: Vec<KnownCluster> = reader

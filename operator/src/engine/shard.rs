@@ -229,10 +229,7 @@ impl Handoff {
                 next.effective.insert(key.clone());
                 continue;
             }
-            let previous_gone = self
-                .assignment
-                .get(key)
-                .is_some_and(|p| !seen.live.contains(p) || seen.mine.contains(p));
+            let previous_gone = self.assignment.get(key).is_some_and(|p| !seen.live.contains(p));
             let since = self.pending.get(key).copied().unwrap_or(seen.now_ms);
             if previous_gone || seen.now_ms.saturating_sub(since) >= seen.settle_ms {
                 next.effective.insert(key.clone());
