@@ -123,7 +123,7 @@ fn writers_by_application(log: &[RequestRecord], ns: &str) -> BTreeMap<String, V
 async fn a_killed_replicas_clusters_move_to_the_others_and_every_application_converges_once() {
     let mut env = AppEnv::start_with("shard", sharded()).await;
     register_clusters(&env).await;
-    let mut others = vec![
+    let mut others = [
         Operator::start(env.cluster.kubeconfig_path(), sharded()).await,
         Operator::start(env.cluster.kubeconfig_path(), sharded()).await,
     ];
