@@ -119,7 +119,6 @@ fn writers_by_application(log: &[RequestRecord], ns: &str) -> BTreeMap<String, V
 /// every Application converges, the hook Job is created once, and no Application is written by two
 /// replicas in the same term (each one's writers follow one another, never interleave).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "not passing yet: the two replicas started after the Cluster objects exist do not take their clusters"]
 async fn a_killed_replicas_clusters_move_to_the_others_and_every_application_converges_once() {
     let mut env = AppEnv::start_with("shard", sharded()).await;
     register_clusters(&env).await;

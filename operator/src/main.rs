@@ -234,7 +234,10 @@ async fn operate(args: RunArgs) -> anyhow::Result<()> {
     let ctx = Arc::new(ctx);
     let shutdown = Shutdown::on_signals()?;
     let shard_loop = match (&shards, &election) {
-        (Some(shards), Some(lease)) => Some(start_shards(&client, shards, lease, &metrics, &shutdown).await?),
+        (Some(shards), Some(lease)) => {
+            let scope = ctx.settings.watch.clone();
+            Some(start_shards(&client, shards, lease, scope, &metrics, &shutdown).await?)
+        }
         _ => None,
     };
     let election = match election {
@@ -454,6 +457,7 @@ async fn start_shards(
     client: &kube::Client,
     shards: &Arc<Shards>,
     lease: &LeaseSettings,
+    scope: WatchScope,
     metrics: &Metrics,
     shutdown: &Shutdown,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
@@ -470,6 +474,7 @@ async fn start_shards(
         client.clone(),
         Arc::clone(shards),
         lease.clone(),
+        scope,
         metrics.clone(),
         shutdown.clone(),
     )))

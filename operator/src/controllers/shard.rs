@@ -21,13 +21,14 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use kube::runtime::{reflector, watcher, WatchStreamExt};
-use kube::{Api, Client, ResourceExt};
+use kube::{Client, ResourceExt};
 
 use super::leader::{self, LeaseSettings, LeaseView};
 use super::Shutdown;
 use crate::api::application::ApplicationDestination;
 use crate::api::{Application, Cluster};
 use crate::cluster::requests::{WriteGate, WriteScope};
+use crate::cluster::scope::{self, WatchScope};
 use crate::cluster::{IN_CLUSTER_NAME, IN_CLUSTER_SERVER};
 use crate::engine::shard::{self, Handoff, LoadBound, Observation};
 use crate::metrics::Metrics;
@@ -46,6 +47,8 @@ struct State {
     live: BTreeSet<u32>,
     mine: BTreeSet<u32>,
     clusters: Vec<KnownCluster>,
+    /// The Cluster watch finished a first list (until then no cluster is assigned or admitted).
+    synced: bool,
     /// The cluster key of every Application admitted so far (`namespace/name` → key).
     bindings: HashMap<String, String>,
 }
@@ -100,7 +103,8 @@ impl Shards {
     /// The Cluster objects, after every change of the watch.
     fn observe_clusters(&self, clusters: Vec<KnownCluster>) {
         let mut state = self.lock();
-        if state.clusters != clusters {
+        if !state.synced || state.clusters != clusters {
+            state.synced = true;
             state.clusters = clusters;
             self.recompute(&mut state);
         }
@@ -109,6 +113,7 @@ impl Shards {
     fn recompute(&self, state: &mut State) {
         let keys: Vec<String> = std::iter::once(IN_CLUSTER_NAME.to_string())
             .chain(state.clusters.iter().map(|c| format!("{}/{}", c.namespace, c.name)))
+            .filter(|_| state.synced)
             .collect();
         let seen = Observation {
             live: &state.live,
@@ -122,6 +127,7 @@ impl Shards {
             tracing::info!(
                 shards = ?state.mine,
                 live = ?state.live,
+                known = keys.len(),
                 clusters = ?next.effective,
                 waiting = next.pending.len(),
                 "shard ownership changed"
@@ -232,8 +238,15 @@ pub fn leases(template: &LeaseSettings, count: u32) -> Vec<LeaseSettings> {
 
 /// Runs the shard Lease loop and the Cluster watch until `shutdown`, keeping `shards` current and
 /// the gauges `capstan_shards_held` and `capstan_shard_clusters` with it (after every Lease round).
-pub async fn run(client: Client, shards: Arc<Shards>, template: LeaseSettings, metrics: Metrics, shutdown: Shutdown) {
-    let watch = tokio::spawn(watch_clusters(client.clone(), Arc::clone(&shards)));
+pub async fn run(
+    client: Client,
+    shards: Arc<Shards>,
+    template: LeaseSettings,
+    watch_scope: WatchScope,
+    metrics: Metrics,
+    shutdown: Shutdown,
+) {
+    let watch = tokio::spawn(watch_clusters(client.clone(), watch_scope, Arc::clone(&shards)));
     let observer = Arc::clone(&shards);
     let publish = move |views: &[LeaseView]| {
         observer.observe_leases(views);
@@ -245,15 +258,22 @@ pub async fn run(client: Client, shards: Arc<Shards>, template: LeaseSettings, m
     watch.abort();
 }
 
-/// Feeds every change of the Cluster objects (all namespaces) to `shards`.
-async fn watch_clusters(client: Client, shards: Arc<Shards>) {
+/// Feeds the Cluster objects (where this installation watches, `--watch-namespaces`) to `shards`
+/// once the first list is complete and after every change since.
+async fn watch_clusters(client: Client, watch_scope: WatchScope, shards: Arc<Shards>) {
     let (reader, writer) = reflector::store::<Cluster>();
-    let stream = watcher(Api::<Cluster>::all(client), watcher::Config::default())
+    let stream = scope::watch::<Cluster>(&client, &watch_scope, watcher::Config::default())
         .default_backoff()
         // Every event, `InitDone` included: the store shows a (re)list only once it is complete.
         .reflect(writer);
     let mut stream = std::pin::pin!(stream);
-    while stream.next().await.is_some() {
+    let mut synced = false;
+    while let Some(event) = stream.next().await {
+        // Never `touched_objects()`: it drops `InitDone`, after which alone the store holds a list.
+        synced |= matches!(event, Ok(watcher::Event::InitDone));
+        if !synced {
+            continue;
+        }
         let mut clusters: Vec<KnownCluster> = reader
             .state()
             .iter()
@@ -359,6 +379,8 @@ mod tests {
     fn application_writes_follow_the_applications_cluster() {
         let shards = Shards::new(1, "capstan-system", Duration::ZERO);
         shards.observe_leases(&[view(0, true, true)]);
+        assert!(shards.effective().is_empty(), "nothing before the first Cluster list");
+        shards.observe_clusters(Vec::new());
         let status = "/apis/capstan.dev/v1alpha1/namespaces/team/applications/web/status";
         assert_eq!(application_of(status), Some(("team", "web")));
         assert_eq!(
