@@ -472,29 +472,16 @@ impl ClusterClients {
         app_namespace: &str,
         destination: &ApplicationDestination,
     ) -> Result<Option<Cluster>, ClusterError> {
-        let server = destination.server.as_deref().filter(|s| !s.is_empty());
-        let name = destination.name.as_deref().filter(|s| !s.is_empty());
-        match (server, name) {
-            (Some(_), Some(_)) => Err(ClusterError::InvalidConfig(
-                "destination sets both server and name; set one".into(),
-            )),
-            (None, None) => Err(ClusterError::InvalidConfig(
-                "destination sets neither server nor name".into(),
-            )),
-            (Some(s), None) if same_server(s, IN_CLUSTER_SERVER) => Ok(None),
-            (None, Some(IN_CLUSTER_NAME)) => Ok(None),
-            (Some(s), None) => self.cluster_by_server(app_namespace, s).await.map(Some),
-            (None, Some(n)) => self.cluster_by_name(app_namespace, n).await.map(Some),
+        match destination_target(destination)? {
+            DestinationTarget::InCluster => Ok(None),
+            DestinationTarget::Server(s) => self.cluster_by_server(app_namespace, s).await.map(Some),
+            DestinationTarget::Name(n) => self.cluster_by_name(app_namespace, n).await.map(Some),
         }
     }
 
     /// Namespaces whose Clusters an Application in `app_namespace` may use, most specific first.
     fn search_namespaces<'a>(&'a self, app_namespace: &'a str) -> Vec<&'a str> {
-        if app_namespace == self.operator_namespace {
-            vec![app_namespace]
-        } else {
-            vec![app_namespace, &self.operator_namespace]
-        }
+        search_namespaces(app_namespace, &self.operator_namespace)
     }
 
     async fn cluster_by_name(&self, app_namespace: &str, name: &str) -> Result<Cluster, ClusterError> {
@@ -597,8 +584,48 @@ impl ClusterClients {
     }
 }
 
+/// What an Application's destination names, before any lookup: the rules [`ClusterClients::resolve`]
+/// and the shard assignment (which must place an Application where it resolves) share.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DestinationTarget<'a> {
+    /// The operator's own cluster (`in-cluster`, or its well-known server URL).
+    InCluster,
+    /// A Cluster object by `spec.server` (exactly one in the first namespace that has any).
+    Server(&'a str),
+    /// A Cluster object by name (the first namespace that has it).
+    Name(&'a str),
+}
+
+/// The target of `destination` (`server` or `name`, not both, not neither).
+pub fn destination_target(destination: &ApplicationDestination) -> Result<DestinationTarget<'_>, ClusterError> {
+    let server = destination.server.as_deref().filter(|s| !s.is_empty());
+    let name = destination.name.as_deref().filter(|s| !s.is_empty());
+    match (server, name) {
+        (Some(_), Some(_)) => Err(ClusterError::InvalidConfig(
+            "destination sets both server and name; set one".into(),
+        )),
+        (None, None) => Err(ClusterError::InvalidConfig(
+            "destination sets neither server nor name".into(),
+        )),
+        (Some(s), None) if same_server(s, IN_CLUSTER_SERVER) => Ok(DestinationTarget::InCluster),
+        (None, Some(IN_CLUSTER_NAME)) => Ok(DestinationTarget::InCluster),
+        (Some(s), None) => Ok(DestinationTarget::Server(s)),
+        (None, Some(n)) => Ok(DestinationTarget::Name(n)),
+    }
+}
+
+/// Namespaces whose Clusters an Application in `app_namespace` may use, most specific first (its
+/// own, then the operator namespace).
+pub fn search_namespaces<'a>(app_namespace: &'a str, operator_namespace: &'a str) -> Vec<&'a str> {
+    if app_namespace == operator_namespace {
+        vec![app_namespace]
+    } else {
+        vec![app_namespace, operator_namespace]
+    }
+}
+
 /// Servers compare without a trailing slash (`https://h/` and `https://h` are the same cluster).
-fn same_server(a: &str, b: &str) -> bool {
+pub fn same_server(a: &str, b: &str) -> bool {
     a.trim_end_matches('/') == b.trim_end_matches('/')
 }
 

@@ -34,7 +34,10 @@ use std::time::Duration;
 
 use crate::text::truncate;
 
-pub use clients::{namespace_allowed, ClusterClients, ClusterHandle, ClusterTimeouts, ResolvedDestination};
+pub use clients::{
+    destination_target, namespace_allowed, same_server, search_namespaces, ClusterClients, ClusterHandle,
+    ClusterTimeouts, DestinationTarget, ResolvedDestination,
+};
 pub use discovery::{DiscoveryCache, ResolvedKind};
 pub use live::{app_instance_id, LiveCache, WatchStatus};
 pub use ops::{ApplyOptions, DeleteOptions, DeleteOutcome, Propagation, ReplaceOutcome};

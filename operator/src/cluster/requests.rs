@@ -6,9 +6,9 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll};
+use std::time::Instant;
 
 use axum::http::{Method, Request, Response};
 use prometheus::IntCounterVec;
@@ -17,13 +17,21 @@ use tower::{Layer, Service};
 /// Whether this process may write to Kubernetes: open unless leader election says otherwise.
 /// Shared by every client the process builds, so closing it stops all writes at once, including
 /// those of a reconcile already under way. Lease writes (the election itself) and access reviews
-/// (questions, not writes) pass regardless.
+/// (questions, not writes) pass regardless. The election opens it only until the end of its term
+/// ([`open_until`](Self::open_until)), so it closes on time even if the Lease loop hangs.
 #[derive(Clone, Debug)]
-pub struct WriteFence(Arc<AtomicBool>);
+pub struct WriteFence(Arc<Mutex<Opening>>);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Opening {
+    Open,
+    Closed,
+    Until(Instant),
+}
 
 impl Default for WriteFence {
     fn default() -> Self {
-        WriteFence(Arc::new(AtomicBool::new(true)))
+        WriteFence(Arc::new(Mutex::new(Opening::Open)))
     }
 }
 
@@ -35,17 +43,30 @@ impl WriteFence {
 
     /// A fence that refuses writes until opened (a replica that has not won the election yet).
     pub fn closed() -> Self {
-        WriteFence(Arc::new(AtomicBool::new(false)))
+        WriteFence(Arc::new(Mutex::new(Opening::Closed)))
+    }
+
+    fn set(&self, opening: Opening) {
+        *self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = opening;
     }
 
     /// Opens or closes the fence.
     pub fn set_open(&self, open: bool) {
-        self.0.store(open, Ordering::SeqCst);
+        self.set(if open { Opening::Open } else { Opening::Closed });
+    }
+
+    /// Opens the fence until `until` (closed from then on), or closes it (`None`).
+    pub fn open_until(&self, until: Option<Instant>) {
+        self.set(until.map_or(Opening::Closed, Opening::Until));
     }
 
     /// Whether writes pass.
     pub fn is_open(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
+        match *self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner) {
+            Opening::Open => true,
+            Opening::Closed => false,
+            Opening::Until(t) => Instant::now() < t,
+        }
     }
 }
 
@@ -231,6 +252,19 @@ mod tests {
         assert!(!fence.holds(&Method::POST, "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"));
         closed.set_open(true);
         assert!(!fence.holds(&Method::PATCH, cm));
+    }
+
+    #[test]
+    fn a_fence_opened_until_the_end_of_a_term_closes_at_that_moment_by_itself() {
+        let fence = WriteFence::closed();
+        let now = Instant::now();
+        fence.open_until(Some(now + std::time::Duration::from_secs(3600)));
+        assert!(fence.is_open());
+        // The term ended and nobody said so (the Lease loop hangs in a request): closed anyway.
+        fence.open_until(now.checked_sub(std::time::Duration::from_millis(1)));
+        assert!(!fence.is_open());
+        fence.open_until(None);
+        assert!(!fence.is_open());
     }
 
     #[derive(Debug)]

@@ -185,7 +185,8 @@ pub async fn run(
     let publish = move |views: &[LeaseView]| {
         let is_leader = views.first().is_some_and(|v| v.held);
         if let Some(f) = &fence {
-            f.set_open(is_leader);
+            // Open only until the renew deadline: if the next round hangs, the fence closes on time.
+            f.open_until(views.first().and_then(|v| v.until));
         }
         if leading.send_if_modified(|l| std::mem::replace(l, is_leader) != is_leader) {
             tracing::info!(lease = name, identity, "leading: {is_leader}");
@@ -203,6 +204,10 @@ pub struct LeaseView {
     pub held: bool,
     /// Someone (this replica included) holds it and it had not expired when last read.
     pub live: bool,
+    /// While held: the end of this replica's term (last renewal asked + renew deadline). Whoever acts
+    /// for the Lease checks it at the moment it acts, so a Lease loop stuck in a request cannot leave
+    /// the replica acting past its term.
+    pub until: Option<Instant>,
 }
 
 /// A Lease of a set and this replica's term on it.
@@ -224,6 +229,10 @@ impl Slot {
             name: self.settings.name.clone(),
             held: self.held(),
             live: self.live || self.held(),
+            until: self
+                .last_renew
+                .filter(|_| self.held())
+                .map(|t| t + self.settings.renew_deadline),
         }
     }
 }
@@ -298,16 +307,30 @@ pub async fn run_set(
     }
 }
 
-/// One round over the set: renew what is held, take what is free while under `max_held`, and note
-/// which Leases someone else holds.
+/// One round over the set: renew what is held (first, so its renewal never waits behind reads of
+/// the others), take what is free while under `max_held`, give back what is over it, and note
+/// which Leases someone else holds. Every round is bounded by [`request_timeout`].
 async fn campaign(api: &Api<Lease>, slots: &mut [Slot], max_held: usize) {
     let mut holding = slots.iter().filter(|s| s.held()).count();
-    for slot in slots.iter_mut() {
+    let mut order: Vec<usize> = (0..slots.len()).collect();
+    order.sort_by_key(|i| !slots[*i].held());
+    for i in order {
+        let slot = &mut slots[i];
         let was_held = slot.held();
-        let may_take = was_held || holding < max_held;
+        // A held Lease is kept while the count is within `max_held`; the excess is released.
+        let may_take = if was_held {
+            holding <= max_held
+        } else {
+            holding < max_held
+        };
         // The term is counted from before the request: the server's renewTime is later.
         let asked = Instant::now();
-        match round(api, &slot.settings, may_take).await {
+        let limit = request_timeout(&slot.settings);
+        let outcome = match tokio::time::timeout(limit, round(api, &slot.settings, may_take)).await {
+            Ok(outcome) => outcome.map_err(|e| e.to_string()),
+            Err(_) => Err(format!("no answer within {limit:?}")),
+        };
+        match outcome {
             Ok(seen) => {
                 slot.live = seen.live;
                 slot.last_renew = seen.held.then_some(asked);
@@ -320,6 +343,12 @@ async fn campaign(api: &Api<Lease>, slots: &mut [Slot], max_held: usize) {
             Err(e) => tracing::warn!(lease = slot.settings.name, "lease request failed: {e}"),
         }
     }
+}
+
+/// The longest one Lease's round (a get, then a create or replace) may take: half the renew
+/// deadline, so a hung request still leaves time to retry before the term ends.
+fn request_timeout(settings: &LeaseSettings) -> Duration {
+    (settings.renew_deadline / 2).max(Duration::from_millis(100))
 }
 
 /// Sleep until the next round, but never past the renew deadline: a leader whose renewals hang
@@ -370,13 +399,21 @@ async fn round(api: &Api<Lease>, settings: &LeaseSettings, may_take: bool) -> Re
         };
     };
     let action = decide(current.spec.as_ref(), me, Timestamp::now(), settings.duration);
+    let not_ours = Seen {
+        held: false,
+        live: false,
+    };
     match action {
         LeaseAction::Standby => return Ok(lost),
-        LeaseAction::Acquire if !may_take => {
-            return Ok(Seen {
-                held: false,
-                live: false,
-            })
+        LeaseAction::Acquire if !may_take => return Ok(not_ours),
+        LeaseAction::Renew if !may_take => {
+            // Ours by the Lease but over our share (our own renewals lapsed and we took another
+            // meanwhile): give it back rather than starve another replica.
+            return match give_back(api, settings, current).await {
+                Ok(()) => Ok(not_ours),
+                Err(kube::Error::Api(e)) if e.code == 409 => Ok(lost),
+                Err(e) => Err(e),
+            };
         }
         _ => {}
     }
@@ -406,17 +443,26 @@ fn held_spec(settings: &LeaseSettings, acquired: Option<MicroTime>, transitions:
 
 /// Gives the Lease up (holder cleared) so a standby takes over at once.
 async fn release(api: &Api<Lease>, settings: &LeaseSettings) {
-    let Ok(Some(mut lease)) = api.get_opt(&settings.name).await else {
+    let Ok(Some(lease)) = api.get_opt(&settings.name).await else {
         return;
     };
-    let Some(spec) = lease.spec.as_mut() else { return };
-    if spec.holder_identity.as_deref() != Some(settings.identity.as_str()) {
+    let holder = lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref());
+    if holder != Some(settings.identity.as_str()) {
         return;
     }
-    spec.holder_identity = None;
-    if let Err(e) = api.replace(&settings.name, &PostParams::default(), &lease).await {
+    if let Err(e) = give_back(api, settings, lease).await {
         tracing::warn!(lease = settings.name, "releasing the lease failed: {e}");
     }
+}
+
+/// Clears the holder of `lease` as read (its `resourceVersion` guards against a newer term).
+async fn give_back(api: &Api<Lease>, settings: &LeaseSettings, mut lease: Lease) -> Result<(), kube::Error> {
+    if let Some(spec) = lease.spec.as_mut() {
+        spec.holder_identity = None;
+    }
+    api.replace(&settings.name, &PostParams::default(), &lease)
+        .await
+        .map(drop)
 }
 
 #[cfg(test)]
@@ -477,5 +523,104 @@ mod tests {
         assert!(a.len() > 5 && b.len() > 5);
         // 1 in 65,536 chance of a clash per pair; three draws make a false failure negligible.
         assert!(a != b || identity("x") != a);
+    }
+
+    async fn dev_client(dev: &devcluster::DevCluster) -> Client {
+        let kc = kube::config::Kubeconfig::from_yaml(&dev.kubeconfig_yaml()).expect("kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .expect("config");
+        Client::try_from(config).expect("client")
+    }
+
+    fn slots(n: u32, held: bool) -> Vec<Slot> {
+        (0..n)
+            .map(|i| Slot {
+                settings: LeaseSettings::new(&format!("shard-{i}"), "default", "me".into()),
+                last_renew: held.then(Instant::now),
+                live: held,
+            })
+            .collect()
+    }
+
+    async fn create_held_by_me(api: &Api<Lease>, settings: &LeaseSettings) {
+        let lease = Lease {
+            metadata: ObjectMeta {
+                name: Some(settings.name.clone()),
+                ..Default::default()
+            },
+            spec: Some(held_spec(settings, None, 0)),
+        };
+        api.create(&PostParams::default(), &lease).await.expect("create Lease");
+    }
+
+    async fn holder(api: &Api<Lease>, name: &str) -> Option<String> {
+        api.get(name)
+            .await
+            .expect("get Lease")
+            .spec
+            .and_then(|s| s.holder_identity)
+    }
+
+    #[tokio::test]
+    async fn a_replica_never_holds_more_than_its_share_of_a_set() {
+        let dev = devcluster::start(devcluster::Config::default()).expect("devcluster");
+        let api: Api<Lease> = Api::namespaced(dev_client(&dev).await, "default");
+        // Our renewals lapsed (a stall): Lease 1 still names us, but our own clock says the term is
+        // over, and Lease 0 is free.
+        let mut lapsed = slots(2, false);
+        create_held_by_me(&api, &lapsed[1].settings).await;
+        campaign(&api, &mut lapsed, 1).await;
+        assert!(lapsed[0].held(), "the free Lease is taken");
+        assert!(!lapsed[1].held(), "the lapsed one is not renewed on top of it");
+        assert_eq!(
+            holder(&api, "shard-1").await,
+            None,
+            "but given back for another replica"
+        );
+        campaign(&api, &mut lapsed, 1).await;
+        assert_eq!(lapsed.iter().filter(|s| s.held()).count(), 1);
+        assert_eq!(holder(&api, "shard-1").await, None);
+
+        // Two held (however it came to be), one allowed: one is released, the other renewed.
+        let mut extra: Vec<Slot> = slots(2, true)
+            .into_iter()
+            .map(|mut s| {
+                s.settings.name = format!("extra-{}", s.settings.name);
+                s
+            })
+            .collect();
+        for slot in &extra {
+            create_held_by_me(&api, &slot.settings).await;
+        }
+        campaign(&api, &mut extra, 1).await;
+        assert_eq!(extra.iter().filter(|s| s.held()).count(), 1);
+        let holders = [holder(&api, "extra-shard-0").await, holder(&api, "extra-shard-1").await];
+        assert_eq!(holders.iter().flatten().count(), 1, "{holders:?}");
+    }
+
+    #[tokio::test]
+    async fn a_lease_request_that_never_answers_does_not_stall_the_round() {
+        // A server that accepts connections and never answers (a hung API server or network path).
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let silent = tokio::spawn(async move {
+            let mut open = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                open.push(socket);
+            }
+        });
+        let client = Client::try_from(kube::Config::new(url.parse().expect("url"))).expect("client");
+        let api: Api<Lease> = Api::namespaced(client, "default");
+        let mut set = slots(2, true);
+        for slot in &mut set {
+            slot.settings.renew_deadline = Duration::from_millis(400);
+        }
+        let before: Vec<Option<Instant>> = set.iter().map(|s| s.last_renew).collect();
+        let bounded = tokio::time::timeout(Duration::from_secs(60), campaign(&api, &mut set, 2)).await;
+        assert!(bounded.is_ok(), "the round returned although no request was answered");
+        let after: Vec<Option<Instant>> = set.iter().map(|s| s.last_renew).collect();
+        assert_eq!(before, after, "nothing renewed");
+        silent.abort();
     }
 }

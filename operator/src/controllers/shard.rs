@@ -29,7 +29,7 @@ use crate::api::application::ApplicationDestination;
 use crate::api::{Application, Cluster};
 use crate::cluster::requests::{WriteGate, WriteScope};
 use crate::cluster::scope::{self, WatchScope};
-use crate::cluster::{IN_CLUSTER_NAME, IN_CLUSTER_SERVER};
+use crate::cluster::{destination_target, same_server, search_namespaces, DestinationTarget, IN_CLUSTER_NAME};
 use crate::engine::shard::{self, Handoff, LoadBound, Observation};
 use crate::metrics::Metrics;
 
@@ -46,6 +46,8 @@ struct State {
     handoff: Handoff,
     live: BTreeSet<u32>,
     mine: BTreeSet<u32>,
+    /// The end of this replica's term on each shard it holds (see [`LeaseView::until`]).
+    until: HashMap<u32, Instant>,
     clusters: Vec<KnownCluster>,
     /// The Cluster watch finished a first list (until then no cluster is assigned or admitted).
     synced: bool,
@@ -97,6 +99,10 @@ impl Shards {
         };
         state.live = ids(|v| v.live);
         state.mine = ids(|v| v.held);
+        state.until = (0..self.count)
+            .zip(views)
+            .filter_map(|(i, v)| Some((i, v.until?)))
+            .collect();
         self.recompute(&mut state);
     }
 
@@ -136,29 +142,34 @@ impl Shards {
         state.handoff = next;
     }
 
-    /// The cluster key of a destination, as the Cluster store resolves it (the Application's
-    /// namespace first, then the operator namespace, as destinations resolve).
+    /// The cluster key of a destination, by the rules the destination resolver follows
+    /// ([`ClusterClients::resolve`](crate::cluster::ClusterClients::resolve)) applied to the watched
+    /// Clusters. A destination that cannot resolve (invalid, unknown, or a server several Clusters
+    /// of one namespace share) belongs to `in-cluster`, whose owner reports its error.
     fn key_of(&self, state: &State, app_namespace: &str, destination: &ApplicationDestination) -> String {
-        let server = destination.server.as_deref().filter(|s| !s.is_empty());
-        let name = destination.name.as_deref().filter(|s| !s.is_empty());
-        let in_cluster = server.is_some_and(|s| s.trim_end_matches('/') == IN_CLUSTER_SERVER)
-            || (server.is_none() && name == Some(IN_CLUSTER_NAME));
-        let found = [app_namespace, self.operator_namespace.as_str()]
-            .into_iter()
-            .find_map(|ns| {
-                state.clusters.iter().find(|c| {
-                    c.namespace == ns
-                        && match (server, name) {
-                            (Some(s), _) => c.server.trim_end_matches('/') == s.trim_end_matches('/'),
-                            (None, Some(n)) => c.name == n,
-                            (None, None) => false,
-                        }
-                })
-            });
-        match found {
-            Some(c) if !in_cluster => format!("{}/{}", c.namespace, c.name),
-            _ => IN_CLUSTER_NAME.to_string(),
-        }
+        let namespaces = search_namespaces(app_namespace, &self.operator_namespace);
+        let in_ns = |ns: &str, matching: &dyn Fn(&KnownCluster) -> bool| -> Vec<&KnownCluster> {
+            state
+                .clusters
+                .iter()
+                .filter(|c| c.namespace == ns && matching(c))
+                .collect()
+        };
+        let found = match destination_target(destination) {
+            Ok(DestinationTarget::Server(server)) => namespaces
+                .into_iter()
+                .map(|ns| in_ns(ns, &|c| same_server(&c.server, server)))
+                .find(|matches| !matches.is_empty())
+                .and_then(|matches| (matches.len() == 1).then(|| matches[0])),
+            Ok(DestinationTarget::Name(name)) => namespaces
+                .into_iter()
+                .find_map(|ns| in_ns(ns, &|c| c.name == name).first().copied()),
+            Ok(DestinationTarget::InCluster) | Err(_) => None,
+        };
+        found.map_or_else(
+            || IN_CLUSTER_NAME.to_string(),
+            |c| format!("{}/{}", c.namespace, c.name),
+        )
     }
 
     /// Whether this replica reconciles `app` now; remembers the Application's cluster for the
@@ -167,7 +178,7 @@ impl Shards {
         let mut state = self.lock();
         let id = format!("{}/{}", app.namespace().unwrap_or_default(), app.name_any());
         let key = self.key_of(&state, &app.namespace().unwrap_or_default(), &app.spec.destination);
-        let admitted = state.handoff.effective.contains(&key);
+        let admitted = writable(&state, &key);
         state.bindings.insert(id, key);
         admitted
     }
@@ -178,7 +189,7 @@ impl Shards {
         state
             .bindings
             .get(&format!("{namespace}/{name}"))
-            .is_some_and(|key| state.handoff.effective.contains(key))
+            .is_some_and(|key| writable(&state, key))
     }
 
     /// Forgets a deleted Application.
@@ -195,6 +206,20 @@ impl Shards {
     pub fn held(&self) -> BTreeSet<u32> {
         self.lock().mine.clone()
     }
+}
+
+/// Whether cluster `key` is this replica's now: effective, and the term on its shard not over. The
+/// time is checked here, at the write, rather than only after each Lease round: a round that hangs
+/// in a request must not keep the gate open past the renew deadline, after which the Lease may
+/// expire and a peer take the cluster at once.
+fn writable(state: &State, key: &str) -> bool {
+    state.handoff.effective.contains(key)
+        && state
+            .handoff
+            .assignment
+            .get(key)
+            .and_then(|shard| state.until.get(shard))
+            .is_some_and(|until| Instant::now() < *until)
 }
 
 /// `namespace/name` of the Application a request path is about, when it is one
@@ -215,11 +240,14 @@ fn application_of(path: &str) -> Option<(&str, &str)> {
 impl WriteGate for Shards {
     fn allows(&self, scope: &WriteScope, path: &str) -> bool {
         match scope {
-            WriteScope::Cluster(key) => self.lock().handoff.effective.contains(key),
+            WriteScope::Cluster(key) => writable(&self.lock(), key),
             WriteScope::Applications => match application_of(path) {
                 Some((ns, name)) => self.owns_application(ns, name),
                 // Events (checked per Application before they are sent) and nothing else.
-                None => !self.lock().handoff.effective.is_empty(),
+                None => {
+                    let state = self.lock();
+                    state.handoff.effective.iter().any(|key| writable(&state, key))
+                }
             },
             WriteScope::Operator => true,
         }
@@ -313,6 +341,7 @@ mod tests {
             name: shard::lease_name(name),
             held,
             live,
+            until: held.then(|| Instant::now() + Duration::from_secs(3600)),
         }
     }
 
@@ -343,6 +372,52 @@ mod tests {
         );
         state.clusters.clear();
         assert_eq!(shards.key_of(&state, "team", &dest(None, Some("east"))), "in-cluster");
+    }
+
+    #[test]
+    fn a_destination_the_resolver_refuses_belongs_to_in_cluster() {
+        let shards = Shards::new(3, "capstan-system", Duration::ZERO);
+        // Four names for one API server (as several Clusters may be).
+        let state = State {
+            clusters: ["east", "west"]
+                .iter()
+                .map(|n| cluster("capstan-system", n, "https://shared:6443"))
+                .collect(),
+            ..State::default()
+        };
+        let key = |d| shards.key_of(&state, "team", &d);
+        assert_eq!(
+            key(dest(None, Some("west"))),
+            "capstan-system/west",
+            "by name: that one"
+        );
+        assert_eq!(
+            key(dest(Some("https://shared:6443"), None)),
+            "in-cluster",
+            "by a server two Clusters share: ambiguous, an error"
+        );
+        assert_eq!(
+            key(dest(Some("https://shared:6443"), Some("west"))),
+            "in-cluster",
+            "both server and name: an error, not the server's Cluster"
+        );
+        assert_eq!(key(dest(None, None)), "in-cluster");
+    }
+
+    #[test]
+    fn the_gate_closes_at_the_end_of_the_term_without_another_lease_round() {
+        let shards = Shards::new(1, "capstan-system", Duration::ZERO);
+        shards.observe_clusters(Vec::new());
+        let cm = "/api/v1/namespaces/ns/configmaps/x";
+        let in_cluster = WriteScope::Cluster("in-cluster".into());
+        shards.observe_leases(&[view(0, true, true)]);
+        assert!(shards.allows(&in_cluster, cm));
+        // The last round still said "held", but its term has ended since (the next round hangs).
+        let mut ended = view(0, true, true);
+        ended.until = Instant::now().checked_sub(Duration::from_millis(1));
+        shards.observe_leases(&[ended]);
+        assert!(!shards.allows(&in_cluster, cm));
+        assert!(!shards.allows(&WriteScope::Applications, "/api/v1/namespaces/ns/events"));
     }
 
     #[test]
