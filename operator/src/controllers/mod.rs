@@ -375,7 +375,7 @@ fn controller_event<T, E, Q>(
 }
 
 /// How soon a standby replica looks at an object again.
-pub(crate) const STANDBY_RECHECK: Duration = Duration::from_secs(2);
+const STANDBY_RECHECK: Duration = Duration::from_secs(2);
 
 /// The outcome label of a reconcile in `capstan_reconcile_total{result}`.
 fn result_label(result: &Result<Action, Error>) -> &'static str {

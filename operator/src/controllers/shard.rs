@@ -15,13 +15,15 @@
 //! Repositories, Clusters, PolicySets and ApplicationSets are not sharded: the holder of the
 //! leader Lease `capstan-controller` reconciles them.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{reflector, watcher, WatchStreamExt};
 use kube::{Client, ResourceExt};
+use tokio::sync::mpsc::UnboundedSender;
 
 use super::leader::{self, LeaseSettings, LeaseView};
 use super::Shutdown;
@@ -53,6 +55,11 @@ struct State {
     synced: bool,
     /// The cluster key of every Application admitted so far (`namespace/name` → key).
     bindings: HashMap<String, String>,
+    /// Applications refused at their last admission (`namespace/name`): woken when their cluster
+    /// becomes writable here, instead of every replica re-checking every Application periodically.
+    waiting: HashSet<String>,
+    /// Where woken Applications go (the Application controller's trigger), once it runs.
+    wake: Option<UnboundedSender<ObjectRef<Application>>>,
 }
 
 /// This replica's shards and the clusters (hence Applications) it may write for.
@@ -139,7 +146,15 @@ impl Shards {
                 "shard ownership changed"
             );
         }
+        let lost: BTreeSet<String> = state.handoff.effective.difference(&next.effective).cloned().collect();
         state.handoff = next;
+        wake(state, &lost);
+    }
+
+    /// Sends to `trigger` every Application to reconcile because its cluster changed hands here
+    /// (see [`wake`]).
+    pub fn wake_into(&self, trigger: UnboundedSender<ObjectRef<Application>>) {
+        self.lock().wake = Some(trigger);
     }
 
     /// The cluster key of a destination, by the rules the destination resolver follows
@@ -179,6 +194,11 @@ impl Shards {
         let id = format!("{}/{}", app.namespace().unwrap_or_default(), app.name_any());
         let key = self.key_of(&state, &app.namespace().unwrap_or_default(), &app.spec.destination);
         let admitted = writable(&state, &key);
+        if admitted {
+            state.waiting.remove(&id);
+        } else {
+            state.waiting.insert(id.clone());
+        }
         state.bindings.insert(id, key);
         admitted
     }
@@ -194,7 +214,10 @@ impl Shards {
 
     /// Forgets a deleted Application.
     pub fn forget(&self, namespace: &str, name: &str) {
-        self.lock().bindings.remove(&format!("{namespace}/{name}"));
+        let mut state = self.lock();
+        let id = format!("{namespace}/{name}");
+        state.bindings.remove(&id);
+        state.waiting.remove(&id);
     }
 
     /// The clusters this replica writes for now.
@@ -205,6 +228,33 @@ impl Shards {
     /// The shards this replica holds.
     pub fn held(&self) -> BTreeSet<u32> {
         self.lock().mine.clone()
+    }
+}
+
+/// Wakes the Applications refused earlier whose cluster is writable here now (they start at once,
+/// not at a periodic re-check), and those whose cluster this replica just `lost` (their next
+/// reconcile is refused, and lets go of what this replica remembered of them).
+fn wake(state: &mut State, lost: &BTreeSet<String>) {
+    let Some(trigger) = state.wake.clone() else { return };
+    let arrived: Vec<String> = state
+        .waiting
+        .iter()
+        .filter(|id| state.bindings.get(*id).is_some_and(|key| writable(state, key)))
+        .cloned()
+        .collect();
+    let left = state
+        .bindings
+        .iter()
+        .filter(|(id, key)| lost.contains(*key) && !state.waiting.contains(*id))
+        .map(|(id, _)| id.clone());
+    let woken: Vec<String> = arrived.iter().cloned().chain(left).collect();
+    for id in &arrived {
+        state.waiting.remove(id);
+    }
+    for id in woken {
+        if let Some((ns, name)) = id.split_once('/') {
+            let _ = trigger.send(ObjectRef::new(name).within(ns));
+        }
     }
 }
 
@@ -475,5 +525,58 @@ mod tests {
         shards.observe_leases(&[view(0, false, false)]);
         assert!(!shards.allows(&WriteScope::Applications, status));
         assert!(!shards.admit(&app));
+    }
+
+    fn app(ns: &str, name: &str, cluster: &str) -> Application {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "capstan.dev/v1alpha1", "kind": "Application",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"destination": {"name": cluster}, "source": {"repoURL": "https://g/r", "path": "."}}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn applications_are_woken_when_their_cluster_changes_hands_not_polled() {
+        let shards = Shards::new(2, "capstan-system", Duration::ZERO);
+        let (tx, mut woken) = tokio::sync::mpsc::unbounded_channel();
+        shards.wake_into(tx);
+        let names = ["a", "b", "c", "d", "e", "f"];
+        shards.observe_clusters(
+            names
+                .iter()
+                .map(|n| cluster("capstan-system", n, &format!("https://{n}")))
+                .collect(),
+        );
+        // We hold shard 0; another replica holds shard 1.
+        shards.observe_leases(&[view(0, true, true), view(1, false, true)]);
+        let apps: Vec<Application> = names.iter().map(|n| app("capstan-system", n, n)).collect();
+        let (ours, theirs): (Vec<&Application>, Vec<&Application>) = apps.iter().partition(|a| shards.admit(a));
+        assert!(!ours.is_empty() && !theirs.is_empty(), "both shards have clusters");
+        assert!(woken.try_recv().is_err(), "nothing to wake yet");
+        // The other replica dies: shard 1's clusters come over at once, and exactly its refused
+        // Applications are woken (no periodic re-check of the others).
+        shards.observe_leases(&[view(0, true, true), view(1, false, false)]);
+        let mut arrived = Vec::new();
+        while let Ok(r) = woken.try_recv() {
+            arrived.push(r.name);
+        }
+        arrived.sort();
+        let mut expected: Vec<String> = theirs.iter().map(|a| a.name_any()).collect();
+        expected.sort();
+        assert_eq!(arrived, expected);
+        assert!(theirs.iter().all(|a| shards.admit(a)));
+        // Then we lose shard 0 (another replica took it back): every Application is woken, to be
+        // refused and let go of.
+        shards.observe_leases(&[view(0, false, true), view(1, false, true)]);
+        let mut left = 0;
+        while woken.try_recv().is_ok() {
+            left += 1;
+        }
+        assert_eq!(left, names.len());
+        assert!(apps.iter().all(|a| !shards.admit(a)));
+        // A refused Application is not woken again while nothing changes.
+        shards.observe_leases(&[view(0, false, true), view(1, false, true)]);
+        assert!(woken.try_recv().is_err());
     }
 }

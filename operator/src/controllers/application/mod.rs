@@ -256,16 +256,26 @@ impl State {
 
     /// Forgets a deleted Application: metrics series, tracked refs, caches.
     fn forget(&self, ctx: &Context, app: &Application) {
+        self.let_go(ctx, app);
+        ctx.notifier.untrack(&owner_key(app));
+        if let Some(shards) = ctx.shards() {
+            shards.forget(&app.namespace().unwrap_or_default(), &app.name_any());
+        }
+    }
+
+    /// Drops what this replica remembers of `app`'s reconciles (resolutions, self-heal and deletion
+    /// counts, reported findings, its `capstan_app_info` series, live-change routing): on deletion,
+    /// and under sharding when another replica reconciles it (which may change all of it meanwhile).
+    /// The refs it tracks stay: the Repository controller polls for every replica's Applications.
+    fn let_go(&self, ctx: &Context, app: &Application) {
         let key = ns_name(app);
         self.info.forget(&ctx.metrics.app_info, &key);
-        ctx.notifier.untrack(&owner_key(app));
         lock(&self.resolutions).remove(&key);
         lock(&self.self_heal).remove(&key);
         lock(&self.deletion_attempts).remove(&key);
         lock(&self.dry_run_reported).remove(&key);
-        if let Some(shards) = ctx.shards() {
-            shards.forget(&app.namespace().unwrap_or_default(), &app.name_any());
-        }
+        lock(&self.forced).remove(&key);
+        lock(&self.unresolved).remove(&key);
         lock(&self.instances).retain(|_, r| !(r.name == app.name_any() && r.namespace == app.namespace()));
     }
 
@@ -365,6 +375,9 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) -> anyhow::Result<()> {
     let policy_sets = policy_set_stream(&ctx, &state);
     let _ = state.stores.applications.set(reader.clone());
     let peers_stream = peers_stream(&ctx, &state);
+    if let Some(shards) = ctx.shards() {
+        shards.wake_into(state.trigger.clone());
+    }
     let listener = Arc::clone(&state);
     on_new_commits(Arc::clone(&ctx.notifier), reader.clone(), move |app| {
         listener.force(format!("{}/{}", app.namespace.as_deref().unwrap_or_default(), app.name));

@@ -36,9 +36,10 @@ use super::executor::Owner;
 /// Reconciles one Application (see the parent module).
 pub async fn reconcile(app: Arc<Application>, ctx: Arc<Context>, state: Arc<State>) -> Result<Action, Error> {
     if ctx.shards().is_some_and(|s| !s.admit(&app)) {
-        // Another shard's (or not yet ours): look again soon, so a shard taken over is picked up
-        // within moments.
-        return Ok(Action::requeue(crate::controllers::STANDBY_RECHECK));
+        // Another replica's (or not yet ours): let go of what we remember of it (its owner may
+        // change all of it meanwhile); the shards wake it when its cluster becomes ours.
+        state.let_go(&ctx, &app);
+        return Ok(Action::await_change());
     }
     let started = Instant::now();
     let result = if app.metadata.deletion_timestamp.is_some() {
