@@ -492,6 +492,15 @@ async fn chart_lints_strict_and_its_schema_names_bad_values() {
             .expect_err(values);
         assert!(refused.contains(key), "{values}: {refused}");
     }
+    // One shard is no sharding: the chart refuses to render it rather than run with sharding silently
+    // off (at render only: `helm lint` reports a template's `fail` as information).
+    let file = dir.path().join("one-shard.yaml");
+    std::fs::write(&file, "replicas: 1\nsharding: {enabled: true}\n").expect("values");
+    let file = file.display().to_string();
+    let refused = helm(&cluster, &["template", RELEASE, &chart, "-f", &file])
+        .await
+        .expect_err("one shard");
+    assert!(refused.contains("sharding.enabled needs 2 or more shards"), "{refused}");
 }
 
 /// Helm's own labels, which only the chart's rendering carries.
