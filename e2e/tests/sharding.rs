@@ -160,6 +160,20 @@ async fn a_killed_replicas_clusters_move_to_the_others_and_every_application_con
         0 => env.operator.kill().await,
         i => others[i - 1].kill().await,
     }
+    let killed = std::time::Instant::now();
+    // Its Lease expires after the lease duration; the survivors then take its clusters at once.
+    wait_until("the survivors split the 5 clusters", LEASE * 5, POLL, || async {
+        let mut clusters = 0;
+        for (i, op) in std::iter::once(&env.operator).chain(others.iter()).enumerate() {
+            if i != victim {
+                clusters += gauge(op, "capstan_shard_clusters").await.unwrap_or(-100);
+            }
+        }
+        clusters == 5
+    })
+    .await;
+    // A figure for docs/benchmarks.md (S8 hand-off), not an assertion.
+    eprintln!("hand-off: the survivors hold all 5 clusters {:?} after the kill", killed.elapsed());
 
     let app = env
         .wait_app("slow", "the sync operation Succeeded", |a| {
@@ -178,16 +192,6 @@ async fn a_killed_replicas_clusters_move_to_the_others_and_every_application_con
     for name in &apps {
         assert_eq!(rec.uids("ConfigMap", name).len(), 1, "{name}'s ConfigMap created once");
     }
-    wait_until("the survivors split the 5 clusters", LEASE * 3, POLL, || async {
-        let mut clusters = 0;
-        for (i, op) in std::iter::once(&env.operator).chain(others.iter()).enumerate() {
-            if i != victim {
-                clusters += gauge(op, "capstan_shard_clusters").await.unwrap_or(-100);
-            }
-        }
-        clusters == 5
-    })
-    .await;
 
     let log = env.cluster.requests();
     for (app, writers) in writers_by_application(&log, &env.ns) {

@@ -87,6 +87,18 @@ fn time_assign(n: u32, clusters: usize) -> f64 {
     times[times.len() / 2]
 }
 
+/// This process's peak resident set (`VmHWM`), in MiB.
+fn peak_rss_mib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        })
+        .map_or(0, |kib| kib / 1024)
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
@@ -94,6 +106,7 @@ fn main() {
     let load = report::loadavg();
     let (leave, join) = churn(10, 100);
     let (small, large) = (time_assign(10, 100), time_assign(50, 1000));
+    let rss = peak_rss_mib();
     let mut out = String::new();
     out += START;
     out += "\n## S8: shard assignment (`cargo bench -p capstan --bench shard`)\n\n";
@@ -108,7 +121,8 @@ fn main() {
     out += &join.row("9 → 10 shards (the same shard joining again)");
     out += &format!(
         "\nOne assignment: {small:.0} µs for 100 clusters on 10 shards, {large:.0} µs for 1,000 clusters on 50 shards \
-         (median of 51; a replica recomputes after every Lease round and every Cluster change).\n\n"
+         (median of 51; a replica recomputes after every Lease round and every Cluster change). Operator CPU and RSS: \
+         none, no operator runs (this bench process peaked at {rss} MiB RSS).\n\n"
     );
     out += "What limits it now: a shard that leaves must give away its own clusters (≈ 10 of 100); the moves above \
 that are the load bound at work (a cluster whose ring successor is full goes on to the next shard, where it can \

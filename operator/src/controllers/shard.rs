@@ -16,11 +16,11 @@
 //! leader Lease `capstan-controller` reconciles them.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{reflector, watcher, WatchStreamExt};
 use kube::{Client, ResourceExt};
 use tokio::sync::mpsc::UnboundedSender;
@@ -43,6 +43,14 @@ struct KnownCluster {
     server: String,
 }
 
+/// An Application's destination as last admitted, and its cluster key under the current Clusters.
+#[derive(Debug)]
+struct Binding {
+    namespace: String,
+    destination: ApplicationDestination,
+    key: String,
+}
+
 #[derive(Debug, Default)]
 struct State {
     handoff: Handoff,
@@ -53,8 +61,8 @@ struct State {
     clusters: Vec<KnownCluster>,
     /// The Cluster watch finished a first list (until then no cluster is assigned or admitted).
     synced: bool,
-    /// The cluster key of every Application admitted so far (`namespace/name` → key).
-    bindings: HashMap<String, String>,
+    /// Every Application admitted so far (`namespace/name` → its destination and cluster key).
+    bindings: HashMap<String, Binding>,
     /// Applications refused at their last admission (`namespace/name`): woken when their cluster
     /// becomes writable here, instead of every replica re-checking every Application periodically.
     waiting: HashSet<String>,
@@ -71,6 +79,9 @@ pub struct Shards {
     settle: Duration,
     started: Instant,
     state: Mutex<State>,
+    /// The Application controller's store, once it runs: the write gate decides on an
+    /// Application's current destination, not on the one it had when its reconcile started.
+    apps: OnceLock<Store<Application>>,
 }
 
 impl Shards {
@@ -82,6 +93,7 @@ impl Shards {
             settle,
             started: Instant::now(),
             state: Mutex::default(),
+            apps: OnceLock::new(),
         }
     }
 
@@ -119,6 +131,18 @@ impl Shards {
         if !state.synced || state.clusters != clusters {
             state.synced = true;
             state.clusters = clusters;
+            // A Cluster added or removed changes where destinations resolve (an unknown name that
+            // went with `in-cluster` now names a Cluster): re-key before deciding whom to wake.
+            let keys: Vec<(String, String)> = state
+                .bindings
+                .iter()
+                .map(|(id, b)| (id.clone(), self.key_of(&state, &b.namespace, &b.destination)))
+                .collect();
+            for (id, key) in keys {
+                if let Some(b) = state.bindings.get_mut(&id) {
+                    b.key = key;
+                }
+            }
             self.recompute(&mut state);
         }
     }
@@ -191,25 +215,45 @@ impl Shards {
     /// write gate.
     pub fn admit(&self, app: &Application) -> bool {
         let mut state = self.lock();
-        let id = format!("{}/{}", app.namespace().unwrap_or_default(), app.name_any());
-        let key = self.key_of(&state, &app.namespace().unwrap_or_default(), &app.spec.destination);
+        let namespace = app.namespace().unwrap_or_default();
+        let id = format!("{namespace}/{}", app.name_any());
+        let key = self.key_of(&state, &namespace, &app.spec.destination);
         let admitted = writable(&state, &key);
         if admitted {
             state.waiting.remove(&id);
         } else {
             state.waiting.insert(id.clone());
         }
-        state.bindings.insert(id, key);
+        let destination = app.spec.destination.clone();
+        state.bindings.insert(
+            id,
+            Binding {
+                namespace,
+                destination,
+                key,
+            },
+        );
         admitted
     }
 
-    /// Whether this replica may write for Application `namespace/name` (as last admitted).
+    /// Decides Application writes on `store`'s Applications (the Application controller's).
+    pub fn follow_applications(&self, store: Store<Application>) {
+        let _ = self.apps.set(store);
+    }
+
+    /// Whether this replica may write for Application `namespace/name`: by its destination as the
+    /// store has it now (as last admitted when the store does not know it). A reconcile still under
+    /// way after the destination was edited to another replica's cluster thus writes no more of
+    /// its status, while that replica reconciles the new spec.
     pub fn owns_application(&self, namespace: &str, name: &str) -> bool {
+        // Read the store before taking our lock (never both locks at once).
+        let current = self.apps.get().and_then(|s| s.get(&ObjectRef::new(name).within(namespace)));
         let state = self.lock();
-        state
-            .bindings
-            .get(&format!("{namespace}/{name}"))
-            .is_some_and(|key| writable(&state, key))
+        let key = match current {
+            Some(app) => Some(self.key_of(&state, namespace, &app.spec.destination)),
+            None => state.bindings.get(&format!("{namespace}/{name}")).map(|b| b.key.clone()),
+        };
+        key.is_some_and(|key| writable(&state, &key))
     }
 
     /// Forgets a deleted Application.
@@ -239,13 +283,13 @@ fn wake(state: &mut State, lost: &BTreeSet<String>) {
     let arrived: Vec<String> = state
         .waiting
         .iter()
-        .filter(|id| state.bindings.get(*id).is_some_and(|key| writable(state, key)))
+        .filter(|id| state.bindings.get(*id).is_some_and(|b| writable(state, &b.key)))
         .cloned()
         .collect();
     let left = state
         .bindings
         .iter()
-        .filter(|(id, key)| lost.contains(*key) && !state.waiting.contains(*id))
+        .filter(|(id, b)| lost.contains(&b.key) && !state.waiting.contains(*id))
         .map(|(id, _)| id.clone());
     let woken: Vec<String> = arrived.iter().cloned().chain(left).collect();
     for id in &arrived {
@@ -578,5 +622,64 @@ mod tests {
         // A refused Application is not woken again while nothing changes.
         shards.observe_leases(&[view(0, false, true), view(1, false, true)]);
         assert!(woken.try_recv().is_err());
+    }
+
+    #[test]
+    fn application_writes_follow_the_destination_as_it_is_now() {
+        let shards = Shards::new(2, "capstan-system", Duration::ZERO);
+        let names = ["a", "b", "c", "d", "e", "f"];
+        shards.observe_clusters(
+            names
+                .iter()
+                .map(|n| cluster("capstan-system", n, &format!("https://{n}")))
+                .collect(),
+        );
+        shards.observe_leases(&[view(0, true, true), view(1, false, true)]);
+        let (mine, theirs) = {
+            let (ours, other): (Vec<&str>, Vec<&str>) = names
+                .iter()
+                .partition(|n| shards.effective().contains(&format!("capstan-system/{n}")));
+            (ours[0], other[0])
+        };
+        let (reader, mut writer) = reflector::store::<Application>();
+        shards.follow_applications(reader);
+        let web = app("capstan-system", "web", mine);
+        writer.apply_watcher_event(&watcher::Event::Apply(web.clone()));
+        assert!(shards.admit(&web));
+        let status = "/apis/capstan.dev/v1alpha1/namespaces/capstan-system/applications/web/status";
+        assert!(shards.allows(&WriteScope::Applications, status));
+        // The destination is edited to the other replica's cluster while our reconcile runs.
+        writer.apply_watcher_event(&watcher::Event::Apply(app("capstan-system", "web", theirs)));
+        assert!(!shards.allows(&WriteScope::Applications, status));
+    }
+
+    #[test]
+    fn an_application_waiting_on_an_unknown_cluster_is_woken_when_that_cluster_appears_here() {
+        let live: BTreeSet<u32> = [0, 1].into();
+        let shard_of = |keys: &[&str], key: &str| shard::assign(&live, keys, LoadBound::default())[key];
+        // A name whose Cluster lands on the shard that does not have `in-cluster`.
+        let theirs = shard_of(&["in-cluster"], "in-cluster");
+        let name = (0..100)
+            .map(|i| format!("late-{i}"))
+            .find(|n| {
+                let key = format!("capstan-system/{n}");
+                shard_of(&["in-cluster", key.as_str()], &key) != theirs
+            })
+            .expect("some name lands on the other shard");
+        let shards = Shards::new(2, "capstan-system", Duration::ZERO);
+        let (tx, mut woken) = tokio::sync::mpsc::unbounded_channel();
+        shards.wake_into(tx);
+        shards.observe_clusters(Vec::new());
+        let mut views = [view(0, false, true), view(1, false, true)];
+        views[1 - theirs as usize] = view(1 - theirs, true, true);
+        shards.observe_leases(&views);
+        // Its Cluster does not exist yet: it goes with `in-cluster`, the other replica's.
+        let late = app("capstan-system", "late", &name);
+        assert!(!shards.admit(&late));
+        assert!(woken.try_recv().is_err());
+        // The Cluster appears, on our shard: the Application is woken and admitted.
+        shards.observe_clusters(vec![cluster("capstan-system", &name, "https://late")]);
+        assert_eq!(woken.try_recv().map(|r| r.name).ok().as_deref(), Some("late"));
+        assert!(shards.admit(&late));
     }
 }

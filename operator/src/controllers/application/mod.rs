@@ -377,6 +377,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) -> anyhow::Result<()> {
     let peers_stream = peers_stream(&ctx, &state);
     if let Some(shards) = ctx.shards() {
         shards.wake_into(state.trigger.clone());
+        shards.follow_applications(reader.clone());
     }
     let listener = Arc::clone(&state);
     on_new_commits(Arc::clone(&ctx.notifier), reader.clone(), move |app| {
