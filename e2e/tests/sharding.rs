@@ -173,7 +173,10 @@ async fn a_killed_replicas_clusters_move_to_the_others_and_every_application_con
     })
     .await;
     // A figure for docs/benchmarks.md (S8 hand-off), not an assertion.
-    eprintln!("hand-off: the survivors hold all 5 clusters {:?} after the kill", killed.elapsed());
+    eprintln!(
+        "hand-off: the survivors hold all 5 clusters {:?} after the kill",
+        killed.elapsed()
+    );
 
     let app = env
         .wait_app("slow", "the sync operation Succeeded", |a| {

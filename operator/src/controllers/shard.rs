@@ -247,11 +247,17 @@ impl Shards {
     /// its status, while that replica reconciles the new spec.
     pub fn owns_application(&self, namespace: &str, name: &str) -> bool {
         // Read the store before taking our lock (never both locks at once).
-        let current = self.apps.get().and_then(|s| s.get(&ObjectRef::new(name).within(namespace)));
+        let current = self
+            .apps
+            .get()
+            .and_then(|s| s.get(&ObjectRef::new(name).within(namespace)));
         let state = self.lock();
         let key = match current {
             Some(app) => Some(self.key_of(&state, namespace, &app.spec.destination)),
-            None => state.bindings.get(&format!("{namespace}/{name}")).map(|b| b.key.clone()),
+            None => state
+                .bindings
+                .get(&format!("{namespace}/{name}"))
+                .map(|b| b.key.clone()),
         };
         key.is_some_and(|key| writable(&state, &key))
     }
