@@ -1010,6 +1010,22 @@ impl AppEnv {
         self.wait_app_in(&self.ns.clone(), name, what, pred).await
     }
 
+    /// Waits until the sync operation of Application `name` that started at `started_at` succeeds
+    /// (resumed after a kill, not started again); returns the Application.
+    pub async fn wait_resumed(&self, name: &str, started_at: &str) -> Value {
+        let app = self
+            .wait_app(name, "the sync operation Succeeded", |a| {
+                operation_phase(a) == "Succeeded"
+            })
+            .await;
+        assert_eq!(
+            text(&app, "/status/operationState/startedAt"),
+            started_at,
+            "the same operation was resumed, not started again"
+        );
+        app
+    }
+
     /// Waits until the Application `ns`/`name` satisfies `pred`; returns it.
     pub async fn wait_app_in(&self, ns: &str, name: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
         self.wait_app_within(ns, name, what, APP_TIMEOUT, pred).await

@@ -9,6 +9,16 @@ use crate::capstan::{
     application, automated, get_object, text, AppEnv, Operator, OperatorOptions, Recorder, APP_TIMEOUT,
 };
 
+/// Lease timing short enough that a kill or a lost Lease is noticed within seconds (4 s / 3 s / 0.5 s).
+pub const FAST_LEASE: [&str; 6] = [
+    "--leader-elect-lease-duration",
+    "4s",
+    "--leader-elect-renew-deadline",
+    "3s",
+    "--leader-elect-retry-period",
+    "500ms",
+];
+
 /// Options of a `capstan run` with `flags` added (`--leader-elect`, `--shard-count`, timing...).
 pub fn with_flags(flags: &[&str]) -> OperatorOptions {
     OperatorOptions {

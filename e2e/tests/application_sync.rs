@@ -544,16 +544,7 @@ async fn operator_killed_mid_sync_resumes_and_completes_exactly_once() {
     env.operator.kill().await;
     env.operator.restart().await;
 
-    let app = env
-        .wait_app("waves", "the sync operation Succeeded", |a| {
-            operation_phase(a) == "Succeeded"
-        })
-        .await;
-    assert_eq!(
-        text(&app, "/status/operationState/startedAt"),
-        started_at,
-        "the same operation was resumed, not started again"
-    );
+    let app = env.wait_resumed("waves", &started_at).await;
     assert_eq!(text(&app, "/status/operationState/syncResult/revision"), sha);
     let history = list(&app, "/status/history");
     assert_eq!(history.len(), 1, "one sync recorded: {history:?}");

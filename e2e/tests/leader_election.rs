@@ -9,6 +9,7 @@ use std::time::Duration;
 use capstan_e2e::capstan::{operation_phase, text, AppEnv, Operator, OperatorOptions, Recorder, OPERATOR_NAMESPACE};
 use capstan_e2e::election::{
     assert_each_created_once, describe, fenced_write, job_complete, leader_gauge, start_slow_sync, with_flags,
+    FAST_LEASE,
 };
 use capstan_e2e::{wait_for, wait_until, POLL, TIMEOUT};
 use devcluster::RequestRecord;
@@ -62,16 +63,7 @@ async fn standby_takes_over_a_sync_when_the_leader_is_killed() {
         leader_gauge(survivor).await == Some(1)
     })
     .await;
-    let app = env
-        .wait_app("slow", "the sync operation Succeeded", |a| {
-            operation_phase(a) == "Succeeded"
-        })
-        .await;
-    assert_eq!(
-        text(&app, "/status/operationState/startedAt"),
-        started_at,
-        "the same operation was resumed, not started again"
-    );
+    env.wait_resumed("slow", &started_at).await;
     assert_each_created_once(&rec);
 
     // One holder per term: the killed leader's writes all come before the survivor's first.
@@ -93,14 +85,7 @@ async fn standby_takes_over_a_sync_when_the_leader_is_killed() {
 /// it holds the Lease again it resumes the same operation and finishes it without repeating the hook.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_that_loses_its_lease_writes_nothing_more() {
-    let fast = [
-        "--leader-elect-lease-duration",
-        "4s",
-        "--leader-elect-renew-deadline",
-        "3s",
-        "--leader-elect-retry-period",
-        "500ms",
-    ];
+    let fast = FAST_LEASE;
     let env = AppEnv::start_with("lostlease", elected(&fast)).await;
     wait_until("the only replica leads", TIMEOUT, POLL, || async {
         leader_gauge(&env.operator).await == Some(1)

@@ -11,7 +11,9 @@ use capstan_e2e::capstan::{
     application, automated, operation_phase, text, AppEnv, Operator, OperatorOptions, Recorder,
 };
 use capstan_e2e::chart::{self, Identity};
-use capstan_e2e::election::{assert_each_created_once, describe, fenced_write, gauge, start_slow_sync, with_flags};
+use capstan_e2e::election::{
+    assert_each_created_once, describe, fenced_write, gauge, start_slow_sync, with_flags, FAST_LEASE,
+};
 use capstan_e2e::{wait_until, POLL, TIMEOUT};
 use devcluster::RequestRecord;
 use serde_json::{json, Value};
@@ -21,16 +23,7 @@ const LEASE: Duration = Duration::from_secs(4);
 const CLUSTERS: [&str; 4] = ["east", "west", "north", "south"];
 
 fn sharded() -> OperatorOptions {
-    with_flags(&[
-        "--shard-count",
-        "3",
-        "--leader-elect-lease-duration",
-        "4s",
-        "--leader-elect-renew-deadline",
-        "3s",
-        "--leader-elect-retry-period",
-        "500ms",
-    ])
+    with_flags(&[&["--shard-count", "3"][..], &FAST_LEASE].concat())
 }
 
 /// Cluster objects `CLUSTERS` in the test namespace, each a name for the test's own devcluster
@@ -178,16 +171,7 @@ async fn a_killed_replicas_clusters_move_to_the_others_and_every_application_con
         killed.elapsed()
     );
 
-    let app = env
-        .wait_app("slow", "the sync operation Succeeded", |a| {
-            operation_phase(a) == "Succeeded"
-        })
-        .await;
-    assert_eq!(
-        text(&app, "/status/operationState/startedAt"),
-        started_at,
-        "the same operation was resumed, not started again"
-    );
+    env.wait_resumed("slow", &started_at).await;
     for name in &apps {
         env.wait_synced_healthy(name).await;
     }

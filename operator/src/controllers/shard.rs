@@ -586,11 +586,9 @@ mod tests {
         .unwrap()
     }
 
-    #[test]
-    fn applications_are_woken_when_their_cluster_changes_hands_not_polled() {
+    /// Two shards, Clusters `a`..`f` in the operator namespace.
+    fn six_clusters_two_shards() -> (Shards, [&'static str; 6]) {
         let shards = Shards::new(2, "capstan-system", Duration::ZERO);
-        let (tx, mut woken) = tokio::sync::mpsc::unbounded_channel();
-        shards.wake_into(tx);
         let names = ["a", "b", "c", "d", "e", "f"];
         shards.observe_clusters(
             names
@@ -598,6 +596,14 @@ mod tests {
                 .map(|n| cluster("capstan-system", n, &format!("https://{n}")))
                 .collect(),
         );
+        (shards, names)
+    }
+
+    #[test]
+    fn applications_are_woken_when_their_cluster_changes_hands_not_polled() {
+        let (shards, names) = six_clusters_two_shards();
+        let (tx, mut woken) = tokio::sync::mpsc::unbounded_channel();
+        shards.wake_into(tx);
         // We hold shard 0; another replica holds shard 1.
         shards.observe_leases(&[view(0, true, true), view(1, false, true)]);
         let apps: Vec<Application> = names.iter().map(|n| app("capstan-system", n, n)).collect();
@@ -632,14 +638,7 @@ mod tests {
 
     #[test]
     fn application_writes_follow_the_destination_as_it_is_now() {
-        let shards = Shards::new(2, "capstan-system", Duration::ZERO);
-        let names = ["a", "b", "c", "d", "e", "f"];
-        shards.observe_clusters(
-            names
-                .iter()
-                .map(|n| cluster("capstan-system", n, &format!("https://{n}")))
-                .collect(),
-        );
+        let (shards, names) = six_clusters_two_shards();
         shards.observe_leases(&[view(0, true, true), view(1, false, true)]);
         let (mine, theirs) = {
             let (ours, other): (Vec<&str>, Vec<&str>) = names
