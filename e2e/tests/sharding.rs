@@ -7,9 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use capstan_e2e::capstan::{
-    application, automated, operation_phase, text, AppEnv, Operator, OperatorOptions, Recorder,
-};
+use capstan_e2e::capstan::{application, automated, text, AppEnv, Operator, OperatorOptions, Recorder};
 use capstan_e2e::chart::{self, Identity};
 use capstan_e2e::election::{
     assert_each_created_once, describe, fenced_write, gauge, start_slow_sync, with_flags, FAST_LEASE,
