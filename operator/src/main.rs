@@ -192,7 +192,6 @@ async fn operate(args: RunArgs) -> anyhow::Result<()> {
     let selected = ControllerSet::parse(&args.controllers)?;
     let identity = leader::identity("capstan");
     let election = args.election(&selected, &identity)?;
-    let git_timeout = args.git_timeout;
     let settings = run_settings(&args)?;
     let registry = prometheus::Registry::new();
     let metrics = Metrics::register(&registry)?;
@@ -211,27 +210,7 @@ async fn operate(args: RunArgs) -> anyhow::Result<()> {
             .map_or(args.leader_elect_lease_duration, |l| l.duration);
         Arc::new(Shards::new(args.shard_count, &settings.namespace, duration))
     });
-    let mut requests = KubeRequestLayer::new(metrics.kube_requests.clone()).with_fence(fence.clone());
-    if let Some(shards) = &shards {
-        requests = requests.with_gate(Arc::clone(shards) as Arc<dyn WriteGate>);
-    }
-    let clusters = ClusterClients::counted_in(
-        config.clone(),
-        &settings.namespace,
-        requests.clone(),
-        settings.watch.clone(),
-    )
-    .map_err(|e| anyhow::anyhow!("cluster clients: {e}"))?;
-    let client = controllers::context::fenced_client(config.clone(), requests.clone())?;
-    let git = git_source(args.cache_dir, git_timeout);
-    let mut ctx = Context::new(client.clone(), settings, Arc::new(git), metrics.clone())
-        .with_clusters(Arc::new(clusters))
-        .with_fence(fence.clone());
-    if let Some(shards) = &shards {
-        let apps_client = controllers::context::fenced_client(config, requests.scoped(WriteScope::Applications))?;
-        ctx = ctx.with_shards(Arc::clone(shards), apps_client);
-    }
-    let ctx = Arc::new(ctx);
+    let (ctx, client) = build_context(&args, settings, config, (&metrics, &fence, shards.as_ref()))?;
     let shutdown = Shutdown::on_signals()?;
     let shard_loop = match (&shards, &election) {
         (Some(shards), Some(lease)) => {
@@ -277,6 +256,37 @@ async fn operate(args: RunArgs) -> anyhow::Result<()> {
     drain(servers).await;
     tracing::info!("stopped");
     result
+}
+
+/// The shared context and the operator's own client: every client behind one request layer (the
+/// leader's write fence, and with sharding the shards' write gate), the cluster clients, Git.
+fn build_context(
+    args: &RunArgs,
+    settings: Settings,
+    config: kube::Config,
+    (metrics, fence, shards): (&Metrics, &WriteFence, Option<&Arc<Shards>>),
+) -> anyhow::Result<(Arc<Context>, kube::Client)> {
+    let mut requests = KubeRequestLayer::new(metrics.kube_requests.clone()).with_fence(fence.clone());
+    if let Some(shards) = shards {
+        requests = requests.with_gate(Arc::clone(shards) as Arc<dyn WriteGate>);
+    }
+    let clusters = ClusterClients::counted_in(
+        config.clone(),
+        &settings.namespace,
+        requests.clone(),
+        settings.watch.clone(),
+    )
+    .map_err(|e| anyhow::anyhow!("cluster clients: {e}"))?;
+    let client = controllers::context::fenced_client(config.clone(), requests.clone())?;
+    let git = git_source(args.cache_dir.clone(), args.git_timeout);
+    let mut ctx = Context::new(client.clone(), settings, Arc::new(git), metrics.clone())
+        .with_clusters(Arc::new(clusters))
+        .with_fence(fence.clone());
+    if let Some(shards) = shards {
+        let apps_client = controllers::context::fenced_client(config, requests.scoped(WriteScope::Applications))?;
+        ctx = ctx.with_shards(Arc::clone(shards), apps_client);
+    }
+    Ok((Arc::new(ctx), client))
 }
 
 /// `/metrics`, `/healthz` and `/readyz` on `addr`, served until the shutdown.
