@@ -14,10 +14,14 @@
 //! - S3: one commit adds 1,000 one-ConfigMap Applications to an app-of-apps;
 //! - S6: self-heal latency over 50 edits and 50 deletions of managed ConfigMaps;
 //! - S4: commit → applied latency through the generic push webhook, and through a 10 s poll;
+//! - S1 (only when selected: `CAPSTAN_BENCH_ONLY=s1` / `s1b`): 500 Applications × 100 ConfigMaps (`s1b`:
+//!   50 × 1,000) in sync: peak RSS, CPU of one no-op refresh of all, one drift repaired under that load.
 //! - S5, S7 (only when selected): monorepo fan-out and polling at scale, see `fanout/mod.rs`.
 //!
 //! Not a test: nothing asserts a time. `CAPSTAN_BENCH_RUNS` (default 3) sets the runs of P0 and S3 and the
-//! refreshes of S2; `CAPSTAN_BENCH_ONLY=p0,s2,...` selects scenarios; `CAPSTAN_BENCH_RUST_LOG` sets the
+//! refreshes of S2; `CAPSTAN_BENCH_ONLY=p0,s2,...` selects scenarios; `CAPSTAN_BENCH_P0_VALIDATE=server` gives
+//! P0's Application `Validate=server` (dry runs before the first write, the behaviour before client-side
+//! validation); `CAPSTAN_BENCH_RUST_LOG` sets the
 //! operator's log filter (default `info`; the log goes to a file in the scenario's temporary directory,
 //! kept when `CAPSTAN_BENCH_KEEP` is set). Figures go between the `operator-bench` markers of
 //! docs/benchmarks.md; the rest of the file is kept.
@@ -571,7 +575,12 @@ async fn p0(runs: usize, report: &mut Report) -> anyhow::Result<()> {
         // Capstan: Application created → Synced, Healthy, operation Succeeded at the commit.
         cluster.clear_requests().await?;
         let (o0, d0, t0) = (op.cpu(), cpu_secs(cluster.pid()), Instant::now());
-        let app = application("p0", "big", &repo.url(), "p0", "p0-capstan", automated(true, false));
+        let mut app = application("p0", "big", &repo.url(), "p0", "p0-capstan", automated(true, false));
+        // `CAPSTAN_BENCH_P0_VALIDATE=server`: the check before the first write as a server dry run of every
+        // object (what every sync did before client-side validation), for a before/after comparison.
+        if let Ok(v) = std::env::var("CAPSTAN_BENCH_P0_VALIDATE") {
+            app["spec"]["syncPolicy"]["syncOptions"] = json!([format!("Validate={v}")]);
+        }
         cluster.create(app).await?;
         let sha2 = sha.clone();
         wait_apps(&cluster, "p0", Duration::from_millis(50), "P0 synced", move |apps| {
@@ -856,6 +865,144 @@ async fn s3(runs: usize, report: &mut Report) -> anyhow::Result<()> {
         median(&devs),
         APPS as f64 / m
     ));
+    Ok(())
+}
+
+// ------------------------------------------------------------------------------------------------
+// S1: many managed objects in sync (50,000 ConfigMaps)
+
+/// S1: `apps` Applications × `per_app` ConfigMaps, all Synced: the operator's peak RSS, its CPU for one
+/// no-op refresh of every Application, and the time for one drift to be repaired under that load.
+async fn s1(apps: usize, per_app: usize, report: &mut Report) -> anyhow::Result<()> {
+    let ns = format!("s1-{apps}");
+    let dest = format!("{ns}-dest");
+    let label = format!("S1 ({apps} × {per_app})");
+    eprintln!("operator bench {label}: setup");
+    let cluster = Cluster::start().await?;
+    cluster.namespace(&ns).await;
+    cluster.namespace(&dest).await;
+    let repo = GitRepo::start(&ns).await;
+    for a in 0..apps {
+        for o in 0..per_app {
+            repo.write(
+                &format!("{ns}/app-{a:04}/cm-{o:04}.yaml"),
+                &configmap_yaml(&format!("app-{a:04}-cm-{o:04}"), 256, "v1"),
+            );
+        }
+    }
+    repo.commit("S1 objects").await;
+    let op = Operator::start(&cluster, &[]).await?;
+    let (o0, d0, t0) = (op.cpu(), cpu_secs(cluster.pid()), Instant::now());
+    let manifests: Vec<Value> = (0..apps)
+        .map(|a| {
+            let name = format!("app-{a:04}");
+            application(
+                &ns,
+                &name,
+                &repo.url(),
+                &format!("{ns}/{name}"),
+                &dest,
+                automated(true, true),
+            )
+        })
+        .collect();
+    cluster.create_all(manifests).await?;
+    wait_apps(&cluster, &ns, Duration::from_secs(1), "S1 initial sync", |list| {
+        list.len() == apps && count_settled(list, "app-") == apps
+    })
+    .await?;
+    report.notes.push(format!(
+        "{label} setup: creating the Applications until all {} objects were Synced took {}; operator CPU {:.1} s, \
+         devcluster CPU {:.1} s, operator peak RSS {:.0} MiB.",
+        apps * per_app,
+        secs(t0.elapsed().as_secs_f64()),
+        op.cpu() - o0,
+        cpu_secs(cluster.pid()) - d0,
+        op.hwm()
+    ));
+    tokio::time::sleep(Duration::from_secs(10)).await;
+
+    cluster.clear_requests().await?;
+    let (o0, t0) = (op.cpu(), Instant::now());
+    cluster
+        .kubectl
+        .ok(&[
+            "annotate",
+            "capp",
+            "--all",
+            "-n",
+            &ns,
+            "capstan.dev/refresh=normal",
+            "--overwrite",
+        ])
+        .await;
+    wait_apps(
+        &cluster,
+        &ns,
+        Duration::from_millis(500),
+        "S1 refresh handled",
+        |list| list.len() == apps && list.iter().all(|a| settled(a) && !refresh_pending(a)),
+    )
+    .await?;
+    let (refresh_wall, refresh_cpu) = (t0.elapsed().as_secs_f64(), op.cpu() - o0);
+    let w = Writes::of(&cluster.requests().await?);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+
+    // One drift under that load: an edited ConfigMap of a self-healing Application.
+    let cms: Api<DynamicObject> = Api::namespaced_with(cluster.client.clone(), &dest, &resource("ConfigMap"));
+    let name = format!("app-{:04}-cm-{:04}", apps / 2, per_app / 2);
+    let t0 = Instant::now();
+    let patch = json!({"data": {"value": "drifted"}});
+    cms.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    loop {
+        let cm = serde_json::to_value(cms.get(&name).await?)?;
+        if text(&cm, "/data/value") == "v1" {
+            break;
+        }
+        if t0.elapsed() > Duration::from_secs(300) {
+            bail!("{label}: {name} not repaired within 300 s; log {}", op.log.display());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let drift = t0.elapsed().as_secs_f64();
+    let hwm = op.hwm();
+    report.rows.push(Row {
+        scenario: label.clone(),
+        measure: format!(
+            "{} managed ConfigMaps (256 B) in sync: operator peak RSS",
+            apps * per_app
+        ),
+        value: format!("{hwm:.0} MiB"),
+        spread: format!("RSS now {:.0} MiB", op.rss()),
+        cpu: String::new(),
+        rss: format!("{hwm:.0} MiB"),
+        writes: String::new(),
+        target: "< 250 MiB".into(),
+        verdict: verdict(hwm < 250.0),
+    });
+    report.rows.push(Row {
+        scenario: label.clone(),
+        measure: "no-op refresh of every Application (`kubectl annotate capp --all refresh=normal` → all handled)"
+            .into(),
+        value: secs(refresh_wall),
+        spread: "1 refresh".into(),
+        cpu: format!("{refresh_cpu:.2} s"),
+        rss: format!("{hwm:.0} MiB"),
+        writes: w.describe(),
+        target: "—".into(),
+        verdict: "—".into(),
+    });
+    report.rows.push(Row {
+        scenario: label,
+        measure: "one drift (merge patch of `data`) → repaired, under that load".into(),
+        value: secs(drift),
+        spread: "1 drift".into(),
+        cpu: String::new(),
+        rss: format!("{hwm:.0} MiB"),
+        writes: String::new(),
+        target: "—".into(),
+        verdict: "—".into(),
+    });
     Ok(())
 }
 
@@ -1163,7 +1310,7 @@ async fn main() -> anyhow::Result<()> {
     let mut report = Report::default();
     let mut loads = BTreeMap::new();
     let mut failures = Vec::new();
-    for name in ["p0", "s2", "s3", "s6", "s4"] {
+    for name in ["p0", "s2", "s3", "s6", "s4", "s1", "s1b"] {
         if !selected.iter().any(|s| s == name) {
             continue;
         }
@@ -1173,6 +1320,8 @@ async fn main() -> anyhow::Result<()> {
             "s2" => s2(runs, &mut report).await,
             "s3" => s3(runs, &mut report).await,
             "s6" => s6(&mut report).await,
+            "s1" => s1(500, 100, &mut report).await,
+            "s1b" => s1(50, 1000, &mut report).await,
             _ => s4(&mut report).await,
         };
         if let Err(e) = result {

@@ -29,6 +29,7 @@ use serde_json::{json, Value};
 
 use super::discovery::DiscoveryCache;
 use super::live::LiveCache;
+use super::openapi::SchemaCache;
 use super::requests::{KubeRequestLayer, WriteScope};
 use super::scope::WatchScope;
 use super::{ClusterError, IN_CLUSTER_NAME, IN_CLUSTER_SERVER};
@@ -82,7 +83,10 @@ pub struct ClusterHandle {
     name: String,
     server: String,
     client: Client,
+    /// The operator's own request client (the same as `client` unless impersonating), for reads.
+    reader: Client,
     discovery: Arc<DiscoveryCache>,
+    schemas: Arc<SchemaCache>,
     live: LiveCache,
     timeouts: ClusterTimeouts,
     /// The configuration the request client was built from, for impersonating clients.
@@ -174,12 +178,15 @@ impl ClusterHandle {
         let client = build_client(request_config(config.clone(), &timeouts), name, counter)?;
         let watch_client = build_client(watch_config(config.clone(), &timeouts), name, counter)?;
         let discovery = Arc::new(DiscoveryCache::new(client.clone()));
+        let schemas = Arc::new(SchemaCache::new(client.clone()));
         let live = LiveCache::scoped(watch_client, discovery.clone(), scope);
         Ok(Arc::new(ClusterHandle {
             name: name.to_string(),
             server: server.to_string(),
+            reader: client.clone(),
             client,
             discovery,
+            schemas,
             live,
             timeouts,
             config,
@@ -204,7 +211,9 @@ impl ClusterHandle {
             name: self.name.clone(),
             server: self.server.clone(),
             client,
+            reader: self.reader.clone(),
             discovery: self.discovery.clone(),
+            schemas: self.schemas.clone(),
             live: self.live.clone(),
             timeouts: self.timeouts,
             config: self.config.clone(),
@@ -236,8 +245,19 @@ impl ClusterHandle {
         &self.client
     }
 
+    /// The operator's own request client, also on an impersonating handle: for reads that decide how to
+    /// validate or compare (as discovery and the live cache read), never for writes.
+    pub fn reader(&self) -> &Client {
+        &self.reader
+    }
+
     pub fn discovery(&self) -> &Arc<DiscoveryCache> {
         &self.discovery
+    }
+
+    /// The cluster's published schemas (`/openapi/v3`), for client-side validation.
+    pub fn schemas(&self) -> &Arc<SchemaCache> {
+        &self.schemas
     }
 
     pub fn live(&self) -> &LiveCache {

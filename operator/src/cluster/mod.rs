@@ -7,6 +7,7 @@
 //!   operator's own cluster needs no Cluster object, remote ones come from a Cluster + Secret (kubeconfig
 //!   without exec/auth-provider/file references, or bearer token + CA); the `namespaces` allow-list.
 //! - [`discovery`]: GVK → `ApiResource` + scope, cached, refreshed on a miss under a rate limit.
+//! - [`openapi`]: the cluster's `/openapi/v3` schemas, cached, for client-side validation before a sync.
 //! - [`ops`]: apply / replace / create / delete / get, every call under a deadline, errors categorized and
 //!   scrubbed of Secret values.
 //! - [`live`]: label-selected watches (`capstan.dev/app-instance`) per GVK in use, indexed by owning
@@ -22,6 +23,7 @@
 pub mod clients;
 pub mod discovery;
 pub mod live;
+pub mod openapi;
 pub mod ops;
 pub mod probe;
 pub mod requests;

@@ -7,4 +7,5 @@ pub mod health;
 pub mod object;
 pub mod plan;
 pub mod protect;
+pub mod schema;
 pub mod shard;

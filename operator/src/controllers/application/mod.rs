@@ -59,6 +59,7 @@ pub mod identity;
 pub mod source;
 pub mod status;
 pub mod sync;
+pub mod validation;
 
 mod pipeline;
 

@@ -4,7 +4,8 @@
 //!
 //! 1. persist `StepOutput::state` (intents recorded) BEFORE executing anything that changes the
 //!    cluster — so a restart resumes at the wave that was running and never re-runs a finished hook;
-//! 2. execute through [`super::executor`];
+//! 2. execute through [`super::executor`] (the check before the first write through
+//!    [`super::validation`]: client-side against the cluster's schemas, dry runs for the rest);
 //! 3. `record_outcome`, and the caller persists the result with the reconcile's status patch.
 //!
 //! [`PlanState`] lives in `operationState.step.{validated, appliedAtMs}`.
@@ -25,6 +26,7 @@ use crate::text::truncate;
 
 use super::compare::LiveView;
 use super::executor::{self, Owner};
+use super::validation;
 
 /// What a step did.
 #[derive(Clone, Debug)]
@@ -164,7 +166,11 @@ where
     if !dry_validation {
         persist(with_step(out.state.clone(), &out.plan_state, &out.step, args.state)).await?;
     }
-    let outcome = executor::execute(cluster, args.owner, acts).await;
+    let outcome = if dry_validation {
+        validation::validate(cluster, args.owner, acts).await
+    } else {
+        executor::execute(cluster, args.owner, acts).await
+    };
     let (state, mut plan_state) = plan::record_outcome(&out, &outcome, Timestamp::now());
     if matches!(out.step, Step::Run { .. }) {
         plan_state.applied_at_ms = Some(Timestamp::now().as_millisecond());

@@ -31,8 +31,9 @@
 //! 8. when that group is the last one and holds no hook, the operation succeeds right after the apply, even if the
 //!    objects turn Degraded later: a plain single-wave Application never waits for health.
 //!
-//! Before the first real step every task is applied once as a dry run ([`Step::Validate`]); if anything fails
-//! the sync is refused. Selective syncs (`operation.sync.resources`) run no hooks and are not recorded in
+//! Before the first real step every task is validated once ([`Step::Validate`], dry-run applies; the controller
+//! checks them against the cluster's published schemas and sends to the server only what it cannot decide); if
+//! anything fails the sync is refused. Selective syncs (`operation.sync.resources`) run no hooks and are not recorded in
 //! history; `dryRun` operations run every step as a dry run and change nothing.
 //!
 //! # The step contract (persistence)

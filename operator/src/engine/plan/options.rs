@@ -94,6 +94,9 @@ pub struct ResourceOptions {
     pub force: bool,
     /// `Validate=false`: apply without schema validation.
     pub validate: bool,
+    /// `Validate=server`: validate with a server-side dry run before the first write instead of against the
+    /// cluster's published schema on the client.
+    pub server_validation: bool,
     /// `SkipDryRunOnMissingResource=true`: skip the dry run when the kind is not known yet.
     pub skip_dry_run_on_missing_resource: bool,
 }
@@ -106,6 +109,7 @@ impl Default for ResourceOptions {
             replace: false,
             force: false,
             validate: true,
+            server_validation: false,
             skip_dry_run_on_missing_resource: false,
         }
     }
@@ -127,7 +131,10 @@ impl ResourceOptions {
             "PruneLast" => self.prune_last = is_true(value),
             "Replace" => self.replace = is_true(value),
             "Force" => self.force = is_true(value),
-            "Validate" => self.validate = !value.trim().eq_ignore_ascii_case("false"),
+            "Validate" => {
+                self.validate = !value.trim().eq_ignore_ascii_case("false");
+                self.server_validation = value.trim().eq_ignore_ascii_case("server");
+            }
             "SkipDryRunOnMissingResource" => self.skip_dry_run_on_missing_resource = is_true(value),
             _ => {}
         }
@@ -212,5 +219,20 @@ mod tests {
         assert_eq!(opts, AppOptions::default());
         assert!(opts.resource.validate);
         assert_eq!(opts.prune_propagation.as_str(), "Foreground");
+    }
+
+    #[test]
+    fn validate_server_false_and_true() {
+        let opts = AppOptions::parse([list(&["Validate=server"]).as_slice()]);
+        assert!(opts.resource.validate && opts.resource.server_validation);
+        let off = json!({"metadata": {"annotations": {"argocd.argoproj.io/sync-options": "Validate=false"}}});
+        let r = opts.resource.for_object(&off);
+        assert!(!r.validate && !r.server_validation);
+        let on = json!({"metadata": {"annotations": {"argocd.argoproj.io/sync-options": "Validate=true"}}});
+        let r = opts.resource.for_object(&on);
+        assert!(
+            r.validate && !r.server_validation,
+            "Validate=true is the client-side default"
+        );
     }
 }

@@ -259,6 +259,9 @@ pub struct ApplyAction {
     pub skip_dry_run_if_missing: bool,
     /// Validate against the schema (`Validate=false` turns it off).
     pub validate: bool,
+    /// `Validate=server`: the check before the first write is a server-side dry run even when the cluster
+    /// publishes the kind's schema.
+    pub server_validation: bool,
     /// Write the tracking label and annotation.
     pub track: bool,
     /// The object is a hook.
@@ -1132,6 +1135,7 @@ fn apply_action(t: &SyncTask<'_>, force: bool, dry_run: bool) -> ApplyAction {
         dry_run,
         skip_dry_run_if_missing: t.skip_dry_run_if_missing,
         validate: t.options.validate,
+        server_validation: t.options.server_validation,
         track: t.track,
         hook: t.hook,
         record: record_of(t),
