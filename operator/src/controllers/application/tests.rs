@@ -30,7 +30,7 @@ fn cm(name: &str, extra: &str) -> String {
     format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n{extra}data:\n  k: v\n")
 }
 
-async fn create_app(env: &Env, name: &str, path: &str, sync_policy: SyncPolicy) -> Api<Application> {
+pub(super) async fn create_app(env: &Env, name: &str, path: &str, sync_policy: SyncPolicy) -> Api<Application> {
     let apps: Api<Application> = Api::namespaced(env.client.clone(), "apps");
     let mut app = Application::new(
         name,

@@ -12,8 +12,9 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{ApiResource, DynamicObject, PostParams};
 use kube::Api;
 
-use crate::api::application::{ApplicationDestination, ApplicationSource, ApplicationSpec, OperationPhase, SyncPolicy};
+use crate::api::application::{OperationPhase, SyncPolicy};
 use crate::api::Application;
+use crate::controllers::application::tests as app_tests;
 use crate::controllers::application::{reconcile, State};
 use crate::controllers::testsupport::{auto, Env, NS};
 use crate::controllers::{Context, Settings};
@@ -25,30 +26,11 @@ fn context(env: &Env) -> Arc<Context> {
     })
 }
 
+/// An automated Application of the files under `name/`, with `sync_options`.
 async fn create_app(env: &Env, name: &str, sync_options: &[&str]) {
-    let apps: Api<Application> = Api::namespaced(env.client.clone(), NS);
     let mut policy: SyncPolicy = auto();
     policy.sync_options = sync_options.iter().map(|s| s.to_string()).collect();
-    let mut app = Application::new(
-        name,
-        ApplicationSpec {
-            source: ApplicationSource {
-                repo_url: env.url.clone(),
-                target_revision: Some("main".into()),
-                path: Some(name.into()),
-                ..ApplicationSource::default()
-            },
-            destination: ApplicationDestination {
-                server: Some("https://kubernetes.default.svc".into()),
-                namespace: Some(NS.into()),
-                ..ApplicationDestination::default()
-            },
-            sync_policy: Some(policy),
-            ..ApplicationSpec::default()
-        },
-    );
-    app.metadata.namespace = Some(NS.into());
-    apps.create(&PostParams::default(), &app).await.expect("create app");
+    app_tests::create_app(env, name, name, policy).await;
 }
 
 /// Reconciles `name` until its operation finished; returns (phase, message).
