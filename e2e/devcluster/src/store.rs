@@ -503,6 +503,13 @@ impl Store {
         self.core.inner.lock().rv
     }
 
+    /// Whether new objects may be created in `ns` (it exists and is not terminating), the check a create
+    /// makes at commit; a dry run makes it without committing (kube-apiserver's admission refuses a dry-run
+    /// create in a missing namespace too).
+    pub fn check_namespace(&self, ns: &str) -> Result<(), CommitError> {
+        self.core.inner.lock().check_namespace(ns).map(|_| ())
+    }
+
     pub fn get(&self, res: &ResKey, ns: &str, name: &str) -> Option<Arc<Value>> {
         let g = self.core.inner.lock();
         g.tables.get(res)?.get(&(ns.to_string(), name.to_string())).cloned()

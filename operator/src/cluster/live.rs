@@ -186,6 +186,11 @@ impl LiveCache {
         Ok(())
     }
 
+    /// Where this cache watches (the installation's scope).
+    pub fn scope(&self) -> &WatchScope {
+        &self.inner.scope
+    }
+
     /// True only if every kind in `gvks` is watched and has listed completely since its last (re)start.
     pub fn is_synced(&self, gvks: &[GroupVersionKind]) -> bool {
         let state = self.inner.shared.read();

@@ -2,6 +2,10 @@
 //! descriptions included), in OpenAPI v3 form under `#/components/schemas/<io.k8s...>`. They are built once per
 //! process and shared by every devcluster in it.
 //!
+//! The free-form types of a CRD's schema (`JSON`: `default`, `enum`, `example`; `JSONSchemaPropsOrArray`,
+//! `...OrBool`, `...OrStringArray`) are published as kube-apiserver publishes them: a description and no `type`
+//! (any value), where k8s-openapi says `type: object` or a `oneOf` ([`any_value_definitions`]).
+//!
 //! Two things k8s-openapi leaves out are added back, because kubectl reads them:
 //! - `x-kubernetes-group-version-kind` on every kind's schema (`kubectl explain`, the validators and client-side
 //!   apply find a kind's schema by it);
@@ -152,6 +156,7 @@ fn build() -> Builtins {
     let roots = kinds(&mut gen);
     let _ = add::<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>(&mut gen);
     let mut definitions: Map<String, Value> = gen.take_definitions(true).into_iter().collect();
+    any_value_definitions(&mut definitions);
     let mut kinds = HashMap::new();
     let mut annotated = HashSet::new();
     for (api_version, kind, name) in roots {
@@ -169,6 +174,24 @@ fn build() -> Builtins {
         kinds.insert((api_version.to_string(), kind.to_string()), name);
     }
     Builtins { definitions, kinds }
+}
+
+/// The definitions kube-apiserver publishes without a `type` (a value of any JSON type is valid), where
+/// k8s-openapi's schemas say `type: object` (`JSON`) or a `oneOf` of a `$ref` and a type: only the description
+/// stays, so a client validating a CRD against what devcluster publishes accepts what the real server does.
+fn any_value_definitions(defs: &mut Map<String, Value>) {
+    const ANY: &[&str] = &[
+        "JSON",
+        "JSONSchemaPropsOrArray",
+        "JSONSchemaPropsOrBool",
+        "JSONSchemaPropsOrStringArray",
+    ];
+    for name in ANY {
+        let key = format!("io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.{name}");
+        if let Some(Value::Object(def)) = defs.get_mut(&key) {
+            def.retain(|k, _| k == "description");
+        }
+    }
 }
 
 /// The GVK extension, and `metadata` not required: a Go object without metadata is valid to the real server.
@@ -324,5 +347,21 @@ mod tests {
         assert!(names.contains(&"io.k8s.api.core.v1.Container"), "{names:?}");
         assert!(names.contains(&"io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"));
         assert!(!names.contains(&"io.k8s.api.core.v1.Secret"));
+    }
+
+    #[test]
+    fn free_form_crd_schema_fields_have_no_type() {
+        let defs = &builtins().definitions;
+        let prefix = "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1";
+        for name in ["JSON", "JSONSchemaPropsOrArray", "JSONSchemaPropsOrBool"] {
+            let def = defs[&format!("{prefix}.{name}")].as_object().expect("object");
+            assert_eq!(def.keys().collect::<Vec<_>>(), ["description"], "{name}: {def:?}");
+        }
+        let props = &defs[&format!("{prefix}.JSONSchemaProps")]["properties"];
+        assert!(
+            props["default"].to_string().contains(&format!("{prefix}.JSON\"")),
+            "{}",
+            props["default"]
+        );
     }
 }

@@ -731,20 +731,24 @@ fn commit_create(
     dry_run: bool,
 ) -> ApiResult<Value> {
     let r = obj_ref(ri, ns, name);
+    let refused = |e| match commit_err(ri, &r, e) {
+        OpError::Api(e) => e,
+        OpError::Stale => ApiError::conflict(&ri.plural, &ri.group, name),
+    };
     if dry_run {
         let exists = sh.store.get(&r.res, &r.ns, &r.name).is_some();
         if exists {
             return Err(ApiError::already_exists(&ri.plural, &ri.group, name));
+        }
+        if ri.namespaced {
+            sh.store.check_namespace(&r.ns).map_err(refused)?;
         }
         return Ok(obj);
     }
     let ns_check = if ri.namespaced { Some(r.ns.as_str()) } else { None };
     match sh.store.commit(&r, None, Write::Put(to_storage(ri, obj)), ns_check) {
         Ok(v) => Ok((*v).clone()),
-        Err(e) => match commit_err(ri, &r, e) {
-            OpError::Api(e) => Err(e),
-            OpError::Stale => Err(ApiError::conflict(&ri.plural, &ri.group, name)),
-        },
+        Err(e) => Err(refused(e)),
     }
 }
 

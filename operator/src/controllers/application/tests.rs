@@ -31,7 +31,19 @@ fn cm(name: &str, extra: &str) -> String {
 }
 
 pub(super) async fn create_app(env: &Env, name: &str, path: &str, sync_policy: SyncPolicy) -> Api<Application> {
-    let apps: Api<Application> = Api::namespaced(env.client.clone(), "apps");
+    create_app_in(env, "apps", name, path, sync_policy).await
+}
+
+/// As [`create_app`], the Application in `namespace` (deploying to `apps`): in the operator namespace it
+/// writes with the operator's own rights, elsewhere as the namespace's `capstan-deployer`.
+pub(super) async fn create_app_in(
+    env: &Env,
+    namespace: &str,
+    name: &str,
+    path: &str,
+    sync_policy: SyncPolicy,
+) -> Api<Application> {
+    let apps: Api<Application> = Api::namespaced(env.client.clone(), namespace);
     let mut app = Application::new(
         name,
         ApplicationSpec {
@@ -51,7 +63,7 @@ pub(super) async fn create_app(env: &Env, name: &str, path: &str, sync_policy: S
             ..ApplicationSpec::default()
         },
     );
-    app.metadata.namespace = Some("apps".into());
+    app.metadata.namespace = Some(namespace.into());
     apps.create(&PostParams::default(), &app).await.expect("create app");
     apps
 }

@@ -5,25 +5,35 @@
 //! per object. An object goes to a server-side dry run instead, exactly as every object did before, when:
 //! - it has `Validate=server` or `Validate=false` (the latter keeps its meaning: a dry run with
 //!   `fieldValidation=Ignore`);
+//! - the sync runs as a ServiceAccount (an impersonating handle: a tenant's Application). Its dry runs are
+//!   authorized as that ServiceAccount, so they also prove, before the first write, that it may write every
+//!   object where it goes (a hook in a namespace it may not write fails the sync before anything is applied);
+//!   a schema check on the client cannot;
 //! - its kind is not served yet (a CRD created by the same sync) or has no published schema;
 //! - its schema has rules the client does not evaluate (CEL, patterns, ...);
-//! - its namespace does not exist and is not created by this sync (the server's error says so).
+//! - it is the first object of its namespace in the step and the namespace is not known to exist: the
+//!   server's dry run of that one object says whether it does, with a request inside the namespace. A
+//!   namespace is known to exist when it is the Application's own, when an object of the step already lives
+//!   there (live cache), when this sync creates it, or, for a cluster-wide installation, when a read of the
+//!   Namespace finds it (one per namespace and step). A namespaced installation never reads Namespaces: it
+//!   has no right to, and sends no request outside its namespaces.
 //!
 //! An object the client finds invalid fails the check with the field paths, as the server's dry run did;
 //! before that, the schema is fetched again if the cluster publishes a newer one (rate limited), so a CRD
 //! changed since it was cached does not refuse an object the server would take. So an invalid object still
-//! stops the sync before anything is written, and a valid Application of known kinds costs one namespace
-//! read instead of one dry-run request per object.
+//! stops the sync before anything is written, and a valid Application of known kinds costs at most one
+//! request per namespace instead of one dry run per object.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::core::GroupVersionKind;
 use kube::Api;
 
 use crate::cluster::discovery::gvk_of;
+use crate::cluster::scope::WatchScope;
 use crate::cluster::ClusterHandle;
-use crate::engine::object;
+use crate::engine::object::{self, ObjectKey};
 use crate::engine::plan::{Actions, ApplyAction, Outcome};
 use crate::engine::schema::Verdict;
 
@@ -33,7 +43,7 @@ use super::executor::{self, display, Owner};
 /// for the rest (see the module doc).
 pub async fn validate(cluster: &ClusterHandle, owner: Owner<'_>, actions: &Actions) -> Outcome {
     let mut outcome = Outcome::default();
-    let mut namespaces = HashMap::new();
+    let mut namespaces = Namespaces::of(cluster, owner, actions);
     let mut server = Vec::new();
     for a in &actions.apply {
         match client_side(cluster, a, &mut namespaces).await {
@@ -61,14 +71,14 @@ pub async fn validate(cluster: &ClusterHandle, owner: Owner<'_>, actions: &Actio
 async fn client_side(
     cluster: &ClusterHandle,
     a: &ApplyAction,
-    namespaces: &mut HashMap<String, bool>,
+    namespaces: &mut Namespaces,
 ) -> Option<Result<String, String>> {
-    if !a.validate || a.server_validation {
+    if !a.validate || a.server_validation || cluster.identity().is_some() {
         return None;
     }
     let gvk = gvk_of(&a.object).ok()?;
     let kind = cluster.discovery().resolve(&gvk).await.ok()?;
-    if kind.namespaced && !namespace_ready(cluster, a, namespaces).await {
+    if kind.namespaced && !namespaces.ready(cluster, a).await {
         return None;
     }
     let doc = cluster.schemas().schema_for(&gvk).await?;
@@ -93,20 +103,66 @@ async fn client_side(
     }
 }
 
-/// Whether the object's namespace exists, or is created by this sync (`skip_dry_run_if_missing`); read once
-/// per namespace and step, with the operator's identity (a tenant's deployer may not read Namespaces). A
-/// failed read answers false: the server dry run decides.
-async fn namespace_ready(cluster: &ClusterHandle, a: &ApplyAction, known: &mut HashMap<String, bool>) -> bool {
-    let ns = object::namespace(&a.object);
-    if ns.is_empty() {
-        return false;
+/// What the step knows of its objects' namespaces, to decide which object's dry run checks that its namespace
+/// exists.
+struct Namespaces {
+    /// Namespace → whether it is known to exist: the Application's own, those where an object of the step
+    /// already lives (live cache), and those read so far.
+    known: HashMap<String, bool>,
+    /// Namespaces whose first object of the step was sent to the server's dry run.
+    probed: HashSet<String>,
+    /// Whether Namespaces may be read (a cluster-wide installation).
+    may_read: bool,
+}
+
+impl Namespaces {
+    fn of(cluster: &ClusterHandle, owner: Owner<'_>, actions: &Actions) -> Self {
+        let lives = |a: &&ApplyAction| {
+            gvk_of(&a.object).is_ok_and(|gvk| cluster.live().get(&gvk, &ObjectKey::of(&a.object)).is_some())
+        };
+        let known = actions
+            .apply
+            .iter()
+            .filter(lives)
+            .map(|a| object::namespace(&a.object))
+            .chain([owner.namespace])
+            .filter(|ns| !ns.is_empty())
+            .map(|ns| (ns.to_string(), true))
+            .collect();
+        Namespaces {
+            known,
+            probed: HashSet::new(),
+            may_read: *cluster.live().scope() == WatchScope::Cluster,
+        }
     }
-    if !known.contains_key(ns) {
-        let api: Api<Namespace> = Api::all(cluster.reader().clone());
-        let exists = matches!(api.get_opt(ns).await, Ok(Some(_)));
-        known.insert(ns.to_string(), exists);
+
+    /// Whether the client may check `a` (namespaced): its namespace exists, is created by this sync
+    /// (`skip_dry_run_if_missing`), or the step's first object in it went to the server. False (once per
+    /// namespace not known to exist): ask the server, which refuses the object if the namespace is missing.
+    async fn ready(&mut self, cluster: &ClusterHandle, a: &ApplyAction) -> bool {
+        let ns = object::namespace(&a.object);
+        if ns.is_empty() {
+            return false;
+        }
+        if a.skip_dry_run_if_missing || self.exists(cluster, ns).await {
+            return true;
+        }
+        !self.probed.insert(ns.to_string())
     }
-    known[ns] || a.skip_dry_run_if_missing
+
+    /// Whether `ns` is known to exist, read once per step with the operator's identity when the installation
+    /// may read Namespaces. A failed read answers false.
+    async fn exists(&mut self, cluster: &ClusterHandle, ns: &str) -> bool {
+        if !self.may_read {
+            return self.known.get(ns).copied().unwrap_or(false);
+        }
+        if !self.known.contains_key(ns) {
+            let api: Api<Namespace> = Api::all(cluster.reader().clone());
+            let exists = matches!(api.get_opt(ns).await, Ok(Some(_)));
+            self.known.insert(ns.to_string(), exists);
+        }
+        self.known[ns]
+    }
 }
 
 fn is_secret(gvk: &GroupVersionKind) -> bool {

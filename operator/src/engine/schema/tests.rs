@@ -254,3 +254,56 @@ fn documents_are_trimmed_of_descriptions_but_keep_fields_named_description() {
     ));
     assert!(!Value::Object(doc.schemas.clone()).to_string().contains("long text"));
 }
+
+/// A CustomResourceDefinition against `apiextensions.k8s.io/v1` as kube-apiserver publishes it: `default`,
+/// `enum` and `example` of a schema are `JSON`, and `items`/`additionalProperties` the `JSONSchemaPropsOr*`
+/// types, each published with a description and no `type`: any JSON value is valid there.
+#[test]
+fn crd_schemas_accept_any_value_where_the_server_publishes_no_type() {
+    let r = |n: &str| json!({"$ref": format!("#/components/schemas/io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.{n}")});
+    let doc = json!({"components": {"schemas": {
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinition": {
+            "type": "object",
+            "x-kubernetes-group-version-kind": [{"group": "apiextensions.k8s.io", "kind": "CustomResourceDefinition", "version": "v1"}],
+            "properties": {"spec": {"type": "object", "properties": {"schema": r("JSONSchemaProps")}}}
+        },
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSON": {
+            "description": "JSON represents any valid JSON value."
+        },
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaPropsOrArray": {
+            "description": "JSONSchemaPropsOrArray represents a value that can either be a JSONSchemaProps or an array."
+        },
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaPropsOrBool": {
+            "description": "JSONSchemaPropsOrBool represents JSONSchemaProps or a boolean value."
+        },
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps": {
+            "type": "object",
+            "properties": {
+                "type": {"type": "string"},
+                "default": r("JSON"),
+                "example": r("JSON"),
+                "enum": {"type": "array", "items": {"allOf": [r("JSON")], "default": {}}},
+                "items": r("JSONSchemaPropsOrArray"),
+                "additionalProperties": r("JSONSchemaPropsOrBool"),
+                "properties": {"type": "object", "additionalProperties": {"allOf": [r("JSONSchemaProps")], "default": {}}}
+            }
+        }
+    }}});
+    let doc = SchemaDoc::from_document(doc, "apiextensions.k8s.io", "v1");
+    let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    "metadata": {"name": "widgets.example.com"}, "spec": {"schema": {"type": "object", "properties": {
+        "mode": {"type": "string", "enum": ["fast", "slow", 3, {"x": 1}], "default": "fast", "example": "slow"},
+        "size": {"type": "integer", "default": 3, "example": 4},
+        "tags": {"type": "array", "items": {"type": "string"}, "default": ["a"]},
+        "opts": {"type": "object", "additionalProperties": true, "default": {"k": [1, "v"]}},
+        "pick": {"type": "array", "items": [{"type": "string"}]},
+        "map": {"type": "object", "additionalProperties": {"type": "string"}}
+    }}}});
+    assert_eq!(doc.validate(&crd, false), Verdict::Valid);
+    let mut bad = crd.clone();
+    bad["spec"]["schema"]["properties"]["mode"]["type"] = json!(1);
+    assert_eq!(
+        errors(doc.validate(&bad, false)),
+        [".spec.schema.properties.mode.type: expected string, got integer"]
+    );
+}

@@ -1,7 +1,9 @@
 //! The check before the first write, against an in-process devcluster that publishes `/openapi/v3` for its
-//! built-in kinds and for CRDs from their schemas: valid objects need no dry-run request, invalid ones stop
-//! the sync before anything is written (with the field path), and kinds whose schema the cluster does not
-//! publish, and `Validate=server`, go through server-side dry runs.
+//! built-in kinds and for CRDs from their schemas. The Applications live in the operator namespace (they
+//! write with the operator's own rights, so the client-side check applies): valid objects need no dry-run
+//! request, invalid ones stop the sync before anything is written (with the field path), and kinds whose
+//! schema the cluster does not publish, a namespace that does not exist, `Validate=server` and a tenant's
+//! Application (written as its ServiceAccount) go through server-side dry runs.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,7 +18,7 @@ use crate::api::application::{OperationPhase, SyncPolicy};
 use crate::api::Application;
 use crate::controllers::application::tests as app_tests;
 use crate::controllers::application::{reconcile, State};
-use crate::controllers::testsupport::{auto, Env, NS};
+use crate::controllers::testsupport::{auto, Env, NS, OPERATOR_NS};
 use crate::controllers::{Context, Settings};
 
 fn context(env: &Env) -> Arc<Context> {
@@ -26,16 +28,31 @@ fn context(env: &Env) -> Arc<Context> {
     })
 }
 
-/// An automated Application of the files under `name/`, with `sync_options`.
+/// An automated Application of the files under `name/` in the operator namespace (the operator's own
+/// rights), with `sync_options`.
 async fn create_app(env: &Env, name: &str, sync_options: &[&str]) {
-    let mut policy: SyncPolicy = auto();
-    policy.sync_options = sync_options.iter().map(|s| s.to_string()).collect();
-    app_tests::create_app(env, name, name, policy).await;
+    create_app_in(env, OPERATOR_NS, name, sync_options).await;
 }
 
-/// Reconciles `name` until its operation finished; returns (phase, message).
+async fn create_app_in(env: &Env, namespace: &str, name: &str, sync_options: &[&str]) {
+    let mut policy: SyncPolicy = auto();
+    policy.sync_options = sync_options.iter().map(|s| s.to_string()).collect();
+    app_tests::create_app_in(env, namespace, name, name, policy).await;
+}
+
+/// Reconciles `name` (in the operator namespace) until its operation finished; returns (phase, message).
 async fn finish(env: &Env, ctx: &Arc<Context>, state: &Arc<State>, name: &str) -> (OperationPhase, String) {
-    let apps: Api<Application> = Api::namespaced(env.client.clone(), NS);
+    finish_in(env, ctx, state, OPERATOR_NS, name).await
+}
+
+async fn finish_in(
+    env: &Env,
+    ctx: &Arc<Context>,
+    state: &Arc<State>,
+    namespace: &str,
+    name: &str,
+) -> (OperationPhase, String) {
+    let apps: Api<Application> = Api::namespaced(env.client.clone(), namespace);
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let app = apps.get(name).await.expect("get app");
@@ -55,11 +72,16 @@ async fn finish(env: &Env, ctx: &Arc<Context>, state: &Arc<State>, name: &str) -
 
 /// Paths of the dry-run writes in devcluster's request log.
 fn dry_runs(env: &Env) -> Vec<String> {
+    dry_runs_as(env).into_iter().map(|(path, _)| path).collect()
+}
+
+/// Paths of the dry-run writes with the user they were made as (the impersonated one, if any).
+fn dry_runs_as(env: &Env) -> Vec<(String, String)> {
     env.dev
         .request_log()
         .into_iter()
         .filter(|r| r.method != "GET" && r.query.contains("dryRun=All"))
-        .map(|r| r.path)
+        .map(|r| (r.path, r.impersonated_user.unwrap_or(r.user)))
         .collect()
 }
 
@@ -113,7 +135,9 @@ fn widget(name: &str, spec: &str) -> String {
 }
 
 /// A valid Application of built-in kinds and a custom resource syncs with no dry-run request at all; the
-/// same objects with `Validate=server` are dry-run on the server, one request each.
+/// same objects with `Validate=server` are dry-run on the server, one request each, and so are a tenant's
+/// (an Application outside the operator namespace), as its ServiceAccount: that dry run is also the check
+/// that the ServiceAccount may write each object, before the first write.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn valid_objects_are_validated_without_dry_runs_unless_validate_is_server() {
     let env = Env::start().await;
@@ -131,7 +155,7 @@ async fn valid_objects_are_validated_without_dry_runs_unless_validate_is_server(
             ),
         ]
     };
-    let all: Vec<(String, String)> = files("client").into_iter().chain(files("server")).collect();
+    let all: Vec<(String, String)> = ["client", "server", "tenant"].into_iter().flat_map(files).collect();
     let refs: Vec<(&str, &str)> = all.iter().map(|(p, c)| (p.as_str(), c.as_str())).collect();
     env.commit(&refs);
     let ctx = context(&env);
@@ -154,6 +178,49 @@ async fn valid_objects_are_validated_without_dry_runs_unless_validate_is_server(
     let dry = dry_runs(&env);
     assert_eq!(dry.len(), 3, "Validate=server dry-runs every object: {dry:#?}");
     assert!(dry.iter().any(|p| p.ends_with("/widgets/server-w")), "{dry:#?}");
+
+    create_app_in(&env, NS, "tenant", &[]).await;
+    env.dev.clear_request_log();
+    assert_eq!(
+        finish_in(&env, &ctx, &state, NS, "tenant").await.0,
+        OperationPhase::Succeeded
+    );
+    let dry = dry_runs_as(&env);
+    let deployer = format!("system:serviceaccount:{NS}:capstan-deployer");
+    assert_eq!(dry.len(), 3, "a tenant's objects are dry-run, each: {dry:#?}");
+    assert!(dry.iter().all(|(_, user)| *user == deployer), "{dry:#?}");
+}
+
+/// An object in a namespace that does not exist: the first object of that namespace is dry-run (the
+/// server's answer says whether the namespace exists), so the sync fails before any write; the objects of
+/// the existing namespace need no dry run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_namespace_stops_the_sync_before_any_write() {
+    let env = Env::start().await;
+    let nowhere = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: lost\n  namespace: nowhere\ndata:\n  k: v\n";
+    env.commit(&[
+        ("ns/a.yaml", &cm("ns-a", "")),
+        ("ns/b.yaml", &cm("ns-b", "")),
+        ("ns/lost.yaml", nowhere),
+    ]);
+    let ctx = context(&env);
+    let (state, _rx) = State::new();
+    create_app(&env, "ns", &[]).await;
+    env.dev.clear_request_log();
+    let (phase, message) = finish(&env, &ctx, &state, "ns").await;
+    assert_eq!(phase, OperationPhase::Failed, "{message}");
+    assert!(message.contains("nowhere"), "names the namespace: {message}");
+    let dry = dry_runs(&env);
+    assert_eq!(
+        dry,
+        ["/api/v1/namespaces/nowhere/configmaps/lost"],
+        "only the missing namespace's object is dry-run"
+    );
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), NS);
+    assert!(
+        cms.get_opt("ns-a").await.expect("get").is_none(),
+        "nothing written: {message}"
+    );
 }
 
 /// Each Application holds a valid ConfigMap (applied first, by kind order) and one invalid object: the
