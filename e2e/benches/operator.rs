@@ -536,7 +536,7 @@ async fn p0(runs: usize, report: &mut Report) -> anyhow::Result<()> {
     for run in 1..=runs {
         eprintln!("operator bench P0: run {run}/{runs}");
         let cluster = Cluster::start().await?;
-        for ns in ["p0", "p0-kubectl", "p0-capstan"] {
+        for ns in ["p0-kubectl", "p0-capstan"] {
             cluster.namespace(ns).await;
         }
         let repo = GitRepo::start("p0").await;
@@ -575,7 +575,16 @@ async fn p0(runs: usize, report: &mut Report) -> anyhow::Result<()> {
         // Capstan: Application created → Synced, Healthy, operation Succeeded at the commit.
         cluster.clear_requests().await?;
         let (o0, d0, t0) = (op.cpu(), cpu_secs(cluster.pid()), Instant::now());
-        let mut app = application("p0", "big", &repo.url(), "p0", "p0-capstan", automated(true, false));
+        // In the operator namespace: the platform team's Application, written with the operator's own rights
+        // (as kubectl writes with its user's); a tenant's would dry-run every object as its ServiceAccount.
+        let mut app = application(
+            OPERATOR_NAMESPACE,
+            "big",
+            &repo.url(),
+            "p0",
+            "p0-capstan",
+            automated(true, false),
+        );
         // `CAPSTAN_BENCH_P0_VALIDATE=server`: the check before the first write as a server dry run of every
         // object (what every sync did before client-side validation), for a before/after comparison.
         if let Ok(v) = std::env::var("CAPSTAN_BENCH_P0_VALIDATE") {
@@ -583,13 +592,19 @@ async fn p0(runs: usize, report: &mut Report) -> anyhow::Result<()> {
         }
         cluster.create(app).await?;
         let sha2 = sha.clone();
-        wait_apps(&cluster, "p0", Duration::from_millis(50), "P0 synced", move |apps| {
-            apps.iter().any(|a| {
-                settled(a)
-                    && text(a, "/status/sync/revision") == sha2
-                    && text(a, "/status/operationState/phase") == "Succeeded"
-            })
-        })
+        wait_apps(
+            &cluster,
+            OPERATOR_NAMESPACE,
+            Duration::from_millis(50),
+            "P0 synced",
+            move |apps| {
+                apps.iter().any(|a| {
+                    settled(a)
+                        && text(a, "/status/sync/revision") == sha2
+                        && text(a, "/status/operationState/phase") == "Succeeded"
+                })
+            },
+        )
         .await?;
         let cw = t0.elapsed().as_secs_f64();
         capstan_wall.push(cw);
@@ -871,15 +886,15 @@ async fn s3(runs: usize, report: &mut Report) -> anyhow::Result<()> {
 // ------------------------------------------------------------------------------------------------
 // S1: many managed objects in sync (50,000 ConfigMaps)
 
-/// S1: `apps` Applications × `per_app` ConfigMaps, all Synced: the operator's peak RSS, its CPU for one
-/// no-op refresh of every Application, and the time for one drift to be repaired under that load.
+/// S1: `apps` Applications (in the operator namespace) × `per_app` ConfigMaps, all Synced: the operator's peak
+/// RSS, its CPU for one no-op refresh of every Application, and the time for one drift to be repaired under that
+/// load.
 async fn s1(apps: usize, per_app: usize, report: &mut Report) -> anyhow::Result<()> {
     let ns = format!("s1-{apps}");
     let dest = format!("{ns}-dest");
     let label = format!("S1 ({apps} × {per_app})");
     eprintln!("operator bench {label}: setup");
     let cluster = Cluster::start().await?;
-    cluster.namespace(&ns).await;
     cluster.namespace(&dest).await;
     let repo = GitRepo::start(&ns).await;
     for a in 0..apps {
@@ -897,7 +912,7 @@ async fn s1(apps: usize, per_app: usize, report: &mut Report) -> anyhow::Result<
         .map(|a| {
             let name = format!("app-{a:04}");
             application(
-                &ns,
+                OPERATOR_NAMESPACE,
                 &name,
                 &repo.url(),
                 &format!("{ns}/{name}"),
@@ -907,9 +922,13 @@ async fn s1(apps: usize, per_app: usize, report: &mut Report) -> anyhow::Result<
         })
         .collect();
     cluster.create_all(manifests).await?;
-    wait_apps(&cluster, &ns, Duration::from_secs(1), "S1 initial sync", |list| {
-        list.len() == apps && count_settled(list, "app-") == apps
-    })
+    wait_apps(
+        &cluster,
+        OPERATOR_NAMESPACE,
+        Duration::from_secs(1),
+        "S1 initial sync",
+        |list| list.len() == apps && count_settled(list, "app-") == apps,
+    )
     .await?;
     report.notes.push(format!(
         "{label} setup: creating the Applications until all {} objects were Synced took {}; operator CPU {:.1} s, \
@@ -931,14 +950,14 @@ async fn s1(apps: usize, per_app: usize, report: &mut Report) -> anyhow::Result<
             "capp",
             "--all",
             "-n",
-            &ns,
+            OPERATOR_NAMESPACE,
             "capstan.dev/refresh=normal",
             "--overwrite",
         ])
         .await;
     wait_apps(
         &cluster,
-        &ns,
+        OPERATOR_NAMESPACE,
         Duration::from_millis(500),
         "S1 refresh handled",
         |list| list.len() == apps && list.iter().all(|a| settled(a) && !refresh_pending(a)),
