@@ -167,7 +167,10 @@ where
         persist(with_step(out.state.clone(), &out.plan_state, &out.step, args.state)).await?;
     }
     let outcome = if dry_validation {
-        validation::validate(cluster, args.owner, acts).await
+        // Boxed: the check holds an executor of its own (for its dry runs) beside the schema lookups, and inline
+        // it would double the executor's share of every reconcile future (a test driving a reconcile on its
+        // own thread's stack overflowed it in a debug build).
+        Box::pin(validation::validate(cluster, args.owner, acts)).await
     } else {
         executor::execute(cluster, args.owner, acts).await
     };
