@@ -467,6 +467,39 @@ async fn wait_apps(
     }
 }
 
+/// Creates `apps` (Applications named `app-…` in the operator namespace) and waits until every one of
+/// them is settled.
+async fn create_and_settle(
+    cluster: &Cluster,
+    apps: Vec<Value>,
+    poll: Duration,
+    what: &str,
+) -> anyhow::Result<Duration> {
+    let n = apps.len();
+    cluster.create_all(apps).await?;
+    wait_apps(cluster, OPERATOR_NAMESPACE, poll, what, move |list| {
+        list.len() == n && count_settled(list, "app-") == n
+    })
+    .await
+}
+
+/// `kubectl annotate capp --all capstan.dev/refresh=normal --overwrite` in the operator namespace: a
+/// normal refresh of every Application.
+async fn refresh_all(cluster: &Cluster) {
+    cluster
+        .kubectl
+        .ok(&[
+            "annotate",
+            "capp",
+            "--all",
+            "-n",
+            OPERATOR_NAMESPACE,
+            "capstan.dev/refresh=normal",
+            "--overwrite",
+        ])
+        .await;
+}
+
 fn count_settled(apps: &[Value], name_prefix: &str) -> usize {
     apps.iter()
         .filter(|a| text(a, "/metadata/name").starts_with(name_prefix) && settled(a))
@@ -736,15 +769,7 @@ async fn s2(runs: usize, report: &mut Report) -> anyhow::Result<()> {
             )
         })
         .collect();
-    cluster.create_all(apps).await?;
-    wait_apps(
-        &cluster,
-        OPERATOR_NAMESPACE,
-        Duration::from_millis(500),
-        "S2 initial sync",
-        |apps| apps.len() == APPS && count_settled(apps, "app-") == APPS,
-    )
-    .await?;
+    create_and_settle(&cluster, apps, Duration::from_millis(500), "S2 initial sync").await?;
     let setup = t0.elapsed().as_secs_f64();
     let setup_cpu = op.cpu() - o0;
     let setup_dev = cpu_secs(cluster.pid()) - d0;
@@ -761,18 +786,7 @@ async fn s2(runs: usize, report: &mut Report) -> anyhow::Result<()> {
         eprintln!("operator bench S2: refresh {run}/{runs}");
         cluster.clear_requests().await?;
         let (o0, d0, t0) = (op.cpu(), cpu_secs(cluster.pid()), Instant::now());
-        cluster
-            .kubectl
-            .ok(&[
-                "annotate",
-                "capp",
-                "--all",
-                "-n",
-                OPERATOR_NAMESPACE,
-                "capstan.dev/refresh=normal",
-                "--overwrite",
-            ])
-            .await;
+        refresh_all(&cluster).await;
         annotate.push(t0.elapsed().as_secs_f64());
         wait_apps(
             &cluster,
@@ -971,15 +985,7 @@ async fn s1(apps: usize, per_app: usize, report: &mut Report) -> anyhow::Result<
             )
         })
         .collect();
-    cluster.create_all(manifests).await?;
-    wait_apps(
-        &cluster,
-        OPERATOR_NAMESPACE,
-        Duration::from_secs(1),
-        "S1 initial sync",
-        |list| list.len() == apps && count_settled(list, "app-") == apps,
-    )
-    .await?;
+    create_and_settle(&cluster, manifests, Duration::from_secs(1), "S1 initial sync").await?;
     report.notes.push(format!(
         "{label} setup: creating the Applications until all {} objects were Synced took {}; operator CPU {:.1} s, \
          devcluster CPU {:.1} s, operator peak RSS {:.0} MiB.",
@@ -993,18 +999,7 @@ async fn s1(apps: usize, per_app: usize, report: &mut Report) -> anyhow::Result<
 
     cluster.clear_requests().await?;
     let (o0, t0) = (op.cpu(), Instant::now());
-    cluster
-        .kubectl
-        .ok(&[
-            "annotate",
-            "capp",
-            "--all",
-            "-n",
-            OPERATOR_NAMESPACE,
-            "capstan.dev/refresh=normal",
-            "--overwrite",
-        ])
-        .await;
+    refresh_all(&cluster).await;
     wait_apps(
         &cluster,
         OPERATOR_NAMESPACE,
@@ -1105,15 +1100,7 @@ async fn s6(report: &mut Report) -> anyhow::Result<()> {
             )
         })
         .collect();
-    cluster.create_all(apps).await?;
-    wait_apps(
-        &cluster,
-        OPERATOR_NAMESPACE,
-        Duration::from_millis(300),
-        "S6 initial sync",
-        |apps| apps.len() == APPS && count_settled(apps, "app-") == APPS,
-    )
-    .await?;
+    create_and_settle(&cluster, apps, Duration::from_millis(300), "S6 initial sync").await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let cms: Api<DynamicObject> = Api::namespaced_with(cluster.client.clone(), "s6-dest", &resource("ConfigMap"));
     let (o0, t_all) = (op.cpu(), Instant::now());

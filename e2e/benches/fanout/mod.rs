@@ -67,15 +67,7 @@ pub(super) async fn s5(report: &mut Report) -> anyhow::Result<()> {
             )
         })
         .collect();
-    cluster.create_all(apps).await?;
-    wait_apps(
-        &cluster,
-        OPERATOR_NAMESPACE,
-        Duration::from_secs(1),
-        "S5 initial sync",
-        |apps| apps.len() == APPS && count_settled(apps, "app-") == APPS,
-    )
-    .await?;
+    create_and_settle(&cluster, apps, Duration::from_secs(1), "S5 initial sync").await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let cms: Api<DynamicObject> = Api::namespaced_with(cluster.client.clone(), "s5-dest", &resource("ConfigMap"));
     let body = json!({"repoURL": repo.url(), "ref": "refs/heads/main"}).to_string();
