@@ -15,8 +15,9 @@ pub use capstan::source::testsupport::{
 };
 use tempfile::TempDir;
 
-/// Runs `git` with a fixed identity and no user or system configuration; panics on failure.
-fn git(dir: &Path, args: &[&str]) -> String {
+/// Runs `git` in `dir` with a fixed identity and no user or system configuration; panics on failure;
+/// the output trimmed.
+pub fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
         .args(["-c", "user.name=Capstan Test", "-c", "user.email=test@capstan.dev"])
         .args(["-c", "init.defaultBranch=main", "-c", "commit.gpgsign=false"])

@@ -19,19 +19,12 @@ use devcluster::RequestRecord;
 use serde_json::Value;
 use tokio::process::Command;
 
+/// `git --git-dir <the bare repository at url> args…` (the project's one git runner).
 fn git(url: &str, args: &[&str]) -> String {
-    let out = std::process::Command::new("git")
-        .arg("--git-dir")
-        .arg(url.trim_start_matches("file://"))
-        .args(args)
-        .output()
-        .expect("git runs");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    let bare = Path::new(url.trim_start_matches("file://"));
+    let dir = bare.to_str().expect("utf-8");
+    let argv: Vec<&str> = ["--git-dir", dir].into_iter().chain(args.iter().copied()).collect();
+    capstan_e2e::git::git(bare.parent().expect("a parent folder"), &argv)
 }
 
 /// An empty bare repository and its `file://` URL.
@@ -230,20 +223,7 @@ async fn bootstrap_installs_capstan_which_then_manages_itself() {
 fn commit_files(url: &str, files: &[(&str, &str)], message: &str) -> String {
     let work = tempfile::tempdir().expect("tmp");
     let bare = url.trim_start_matches("file://");
-    let run = |args: &[&str]| {
-        let out = std::process::Command::new("git")
-            .args(["-c", "user.name=Capstan Test", "-c", "user.email=test@capstan.dev"])
-            .args(args)
-            .current_dir(work.path())
-            .output()
-            .expect("git runs");
-        assert!(
-            out.status.success(),
-            "git {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    };
+    let run = |args: &[&str]| capstan_e2e::git::git(work.path(), args);
     run(&["clone", "-q", "--branch", "main", bare, "."]);
     for (path, content) in files {
         let file = work.path().join(path);
