@@ -589,7 +589,7 @@ fn instance_of(obj: &Value) -> &str {
 }
 
 fn resource_version(obj: &Value) -> &str {
-    obj.pointer("/metadata/resourceVersion")
+    object::metadata_field(obj, "resourceVersion")
         .and_then(Value::as_str)
         .unwrap_or_default()
 }

@@ -209,8 +209,15 @@ impl<'a> Pipeline<'a> {
         force: bool,
         hard: bool,
     ) -> Result<Rendered, Problem> {
+        let started = std::time::Instant::now();
         let resolved = source::resolve(self.ctx, self.state, self.app, source, revision, force).await?;
+        let resolved_in = started.elapsed();
         let output = source::render(self.ctx, self.app, source, &resolved, hard).await?;
+        tracing::debug!(
+            resolve_ms = resolved_in.as_millis() as u64,
+            render_ms = (started.elapsed() - resolved_in).as_millis() as u64,
+            "source resolved and rendered"
+        );
         Ok(Rendered {
             commit: resolved.commit,
             objects: output.objects.clone(),

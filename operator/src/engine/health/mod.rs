@@ -86,9 +86,8 @@ pub fn assess(live: &Value) -> Option<ResourceHealth> {
 /// Whether `obj` is being deleted (`metadata.deletionTimestamp` set) and is not a hook held by a hook
 /// finalizer.
 fn is_pending_deletion(obj: &Value) -> bool {
-    let deleting = obj.pointer("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null());
-    let hook_finalizer = obj
-        .pointer("/metadata/finalizers")
+    let deleting = object::metadata_field(obj, "deletionTimestamp").is_some_and(|t| !t.is_null());
+    let hook_finalizer = object::metadata_field(obj, "finalizers")
         .and_then(Value::as_array)
         .is_some_and(|fs| {
             fs.iter()
