@@ -279,13 +279,14 @@ impl RevisionNotifier {
     }
 }
 
-/// Spawns the reaction of one controller to new commits: for every object of kind `K` tracking a ref
-/// that moved, `refresh(the object)` (force a fresh resolution and reconcile it); when the receiver
-/// lagged behind, every object in `store` (level-triggered: a missed change must not go unnoticed).
+/// Spawns the reaction of one controller to new commits: for every change, `refresh(Some(change),
+/// the objects of kind `K` tracking the ref that moved)`; when the receiver lagged behind,
+/// `refresh(None, every object in store)` (level-triggered: a missed change must not go unnoticed).
+/// The consumer decides the order and forces a fresh resolution of each object it wakes.
 pub fn on_new_commits<K>(
     notifier: Arc<RevisionNotifier>,
     store: Store<K>,
-    refresh: impl Fn(ObjectRef<K>) + Send + 'static,
+    refresh: impl Fn(Option<&RevisionChange>, Vec<ObjectRef<K>>) + Send + 'static,
 ) where
     K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
 {
@@ -295,17 +296,17 @@ pub fn on_new_commits<K>(
         loop {
             match changes.recv().await {
                 Ok(change) => {
-                    for owner in notifier.owners_tracking(&change) {
-                        let Some((ns, name)) = owner.strip_prefix(&prefix).and_then(|r| r.split_once('/')) else {
-                            continue;
-                        };
-                        refresh(ObjectRef::new(name).within(ns));
-                    }
+                    let owners = notifier
+                        .owners_tracking(&change)
+                        .iter()
+                        .filter_map(|owner| owner.strip_prefix(&prefix).and_then(|r| r.split_once('/')))
+                        .map(|(ns, name)| ObjectRef::new(name).within(ns))
+                        .collect();
+                    refresh(Some(&change), owners);
                 }
                 Err(broadcast::error::RecvError::Lagged(_)) => {
-                    for obj in store.state() {
-                        refresh(ObjectRef::from_obj(obj.as_ref()));
-                    }
+                    let all = store.state().iter().map(|o| ObjectRef::from_obj(o.as_ref())).collect();
+                    refresh(None, all);
                 }
                 Err(broadcast::error::RecvError::Closed) => return,
             }

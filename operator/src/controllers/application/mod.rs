@@ -62,6 +62,7 @@ pub mod sync;
 pub mod validation;
 
 mod pipeline;
+mod wake;
 
 #[cfg(test)]
 mod tests;
@@ -87,6 +88,7 @@ use crate::api::application::{HealthStatusCode, OperationPhase, SyncStatusCode};
 use crate::api::{Application, PolicySet, Repository};
 use crate::cluster::ClusterHandle;
 use crate::metrics::InfoSeries;
+use crate::render::reads::ReadSet;
 
 pub use pipeline::reconcile;
 use source::Resolution;
@@ -113,6 +115,9 @@ pub struct State {
     deletion_attempts: Mutex<HashMap<String, u32>>,
     /// Per Application, a hash of the PolicySet dry-run findings last reported (reported on change).
     dry_run_reported: Mutex<HashMap<String, u64>>,
+    /// Per Application, what its last render read from the repository: orders the Applications a new
+    /// commit wakes (see `wake`).
+    reads: Mutex<HashMap<String, ReadSet>>,
     trigger: mpsc::UnboundedSender<ObjectRef<Application>>,
 }
 
@@ -132,6 +137,7 @@ impl State {
             info: InfoSeries::default(),
             deletion_attempts: Mutex::default(),
             dry_run_reported: Mutex::default(),
+            reads: Mutex::default(),
             trigger,
         };
         (Arc::new(state), rx)
@@ -173,6 +179,31 @@ impl State {
 
     fn remembered(&self, app: &Application) -> Option<Resolution> {
         lock(&self.resolutions).get(&ns_name(app)).cloned()
+    }
+
+    /// The cached Application `r` (none before the watch started, or when it is gone).
+    fn application(&self, r: &ObjectRef<Application>) -> Option<Arc<Application>> {
+        self.stores.applications.get().and_then(|s| s.get(r))
+    }
+
+    /// Remembers what `app`'s last render read.
+    fn record_reads(&self, app: &Application, reads: &ReadSet) {
+        let key = ns_name(app);
+        let mut all = lock(&self.reads);
+        if all.get(&key) != Some(reads) {
+            all.insert(key, reads.clone());
+        }
+    }
+
+    /// What `app`'s last render read, if it rendered since this process started.
+    fn last_reads(&self, app: &Application) -> Option<ReadSet> {
+        lock(&self.reads).get(&ns_name(app)).cloned()
+    }
+
+    /// Reconciles `app` now, resolving its revision afresh (a new commit was announced).
+    fn wake(&self, app: ObjectRef<Application>) {
+        self.force(format!("{}/{}", app.namespace.as_deref().unwrap_or_default(), app.name));
+        let _ = self.trigger.send(app);
     }
 
     /// Marks `key` (`ns/name`) for a forced revision resolution on its next reconcile.
@@ -277,6 +308,7 @@ impl State {
         lock(&self.dry_run_reported).remove(&key);
         lock(&self.forced).remove(&key);
         lock(&self.unresolved).remove(&key);
+        lock(&self.reads).remove(&key);
         lock(&self.instances).retain(|_, r| !(r.name == app.name_any() && r.namespace == app.namespace()));
     }
 
@@ -380,10 +412,9 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) -> anyhow::Result<()> {
         shards.wake_into(state.trigger.clone());
         shards.follow_applications(reader.clone());
     }
-    let listener = Arc::clone(&state);
-    on_new_commits(Arc::clone(&ctx.notifier), reader.clone(), move |app| {
-        listener.force(format!("{}/{}", app.namespace.as_deref().unwrap_or_default(), app.name));
-        let _ = listener.trigger.send(app);
+    let (listener, listener_ctx, queue) = (Arc::clone(&state), Arc::clone(&ctx), ctx.queue(CONTROLLER));
+    on_new_commits(Arc::clone(&ctx.notifier), reader.clone(), move |change, apps| {
+        wake::wake(&listener_ctx, &listener, &queue, change, apps);
     });
     spawn_repository_drain(repos);
     let mapper_store = reader.clone();

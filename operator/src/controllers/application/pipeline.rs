@@ -213,6 +213,7 @@ impl<'a> Pipeline<'a> {
         let resolved = source::resolve(self.ctx, self.state, self.app, source, revision, force).await?;
         let resolved_in = started.elapsed();
         let output = source::render(self.ctx, self.app, source, &resolved, hard).await?;
+        self.state.record_reads(self.app, &output.reads);
         tracing::debug!(
             resolve_ms = resolved_in.as_millis() as u64,
             render_ms = (started.elapsed() - resolved_in).as_millis() as u64,

@@ -29,7 +29,7 @@ use crate::controllers::git_access::{credentials, fetch, matching_repository};
 use crate::controllers::notifier::{owner_key, url_key};
 use crate::controllers::repository::sanitize;
 use crate::controllers::Context;
-use crate::render::reads::{self, Verdict};
+use crate::render::reads::{self, ReadSet, Verdict};
 use crate::render::{
     DirectoryOptions, HelmFileParameter, HelmOptions, HelmParameter, KustomizeOptions, KustomizePatch,
     KustomizeReplica, RenderOutput, RenderRequest, SourceOptions, Tool,
@@ -204,7 +204,7 @@ pub async fn render(
 
 /// Bound on the paths one commit range may change before every Application re-renders: a larger
 /// diff costs more to match than the renders it would save.
-const MAX_CHANGED_PATHS: usize = 10_000;
+pub(super) const MAX_CHANGED_PATHS: usize = 10_000;
 
 /// Whether the render `earlier` (at `previous`) stays valid at the resolved commit: the changed
 /// paths between the two commits, read from the Git cache, matched against what the render read
@@ -231,20 +231,26 @@ async fn reusable(
             None
         }
     };
+    let verdict = render_verdict(app, source, &earlier.reads, changed.as_deref());
+    tracing::debug!(from = %from, to = %to, ?verdict, "render reuse decided");
+    verdict == Verdict::Unchanged
+}
+
+/// Whether a commit that changed `changed` (`None`: unknown) touched what `app` reads from `source`:
+/// its `manifest-generate-paths` annotation when set, else `reads`, what its last render read.
+pub(super) fn render_verdict(
+    app: &Application,
+    source: &ApplicationSource,
+    reads: &ReadSet,
+    changed: Option<&[String]>,
+) -> Verdict {
     let annotation = app
         .metadata
         .annotations
         .as_ref()
         .and_then(|a| a.get(MANIFEST_GENERATE_PATHS_ANNOTATION));
     let app_path = source.path.as_deref().unwrap_or_default();
-    let verdict = reads::decide(
-        &earlier.reads,
-        annotation.map(String::as_str),
-        app_path,
-        changed.as_deref(),
-    );
-    tracing::debug!(from = %from, to = %to, ?verdict, "render reuse decided");
-    verdict == Verdict::Unchanged
+    reads::decide(reads, annotation.map(String::as_str), app_path, changed)
 }
 
 /// The status `sourceType` of a render tool.

@@ -688,10 +688,12 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) -> anyhow::Result<()> {
         while repos.next().await.is_some() {}
     });
     let listener = Arc::clone(&state);
-    on_new_commits(Arc::clone(&ctx.notifier), reader.clone(), move |set| {
-        let key = format!("{}/{}", set.namespace.as_deref().unwrap_or_default(), set.name);
-        lock(&listener.forced).insert(key);
-        let _ = listener.trigger.send(set);
+    on_new_commits(Arc::clone(&ctx.notifier), reader.clone(), move |_, sets| {
+        for set in sets {
+            let key = format!("{}/{}", set.namespace.as_deref().unwrap_or_default(), set.name);
+            lock(&listener.forced).insert(key);
+            let _ = listener.trigger.send(set);
+        }
     });
     crate::controllers::mark_ready_when_synced(Arc::clone(&ctx), CONTROLLER, reader.clone());
     let (mapper_store, operator_ns) = (reader.clone(), ctx.namespace().to_string());
