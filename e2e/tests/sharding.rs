@@ -76,6 +76,25 @@ async fn one_app_per_cluster(env: &AppEnv) -> Vec<String> {
     destinations.iter().map(|d| format!("to-{d}")).collect()
 }
 
+/// Waits until each of the three replicas holds one shard and the 5 clusters are split among them.
+async fn wait_split(env: &AppEnv, others: &[Operator]) {
+    wait_until(
+        "each replica holds one shard, and the 5 clusters are split among them",
+        TIMEOUT,
+        POLL,
+        || async {
+            let mut held = 0;
+            let mut clusters = 0;
+            for op in std::iter::once(&env.operator).chain(others.iter()) {
+                held += i64::from(gauge(op, "capstan_shards_held").await == Some(1));
+                clusters += gauge(op, "capstan_shard_clusters").await.unwrap_or(-100);
+            }
+            held == 3 && clusters == 5
+        },
+    )
+    .await;
+}
+
 /// `(identity)` of a capstan request's user agent.
 fn identity(r: &RequestRecord) -> &str {
     r.user_agent
@@ -117,21 +136,7 @@ async fn a_killed_replicas_clusters_move_to_the_others_and_every_application_con
         Operator::start(env.cluster.kubeconfig_path(), sharded()).await,
         Operator::start(env.cluster.kubeconfig_path(), sharded()).await,
     ];
-    wait_until(
-        "each replica holds one shard, and the 5 clusters are split among them",
-        TIMEOUT,
-        POLL,
-        || async {
-            let mut held = 0;
-            let mut clusters = 0;
-            for op in std::iter::once(&env.operator).chain(others.iter()) {
-                held += i64::from(gauge(op, "capstan_shards_held").await == Some(1));
-                clusters += gauge(op, "capstan_shard_clusters").await.unwrap_or(-100);
-            }
-            held == 3 && clusters == 5
-        },
-    )
-    .await;
+    wait_split(&env, &others).await;
 
     let rec = Recorder::start(&env.client().await, &env.ns, &["Job", "ConfigMap", "Deployment"]).await;
     let apps = one_app_per_cluster(&env).await;
@@ -197,4 +202,57 @@ async fn a_killed_replicas_clusters_move_to_the_others_and_every_application_con
     let slow = writers_by_application(&log, &env.ns)["slow"].clone();
     assert_eq!(slow.len(), 2, "the killed replica, then one survivor: {slow:?}");
     assert_eq!(slow[0], owner);
+}
+
+/// Only the leader runs the Repository controller, which lists the refs and announces new commits. The
+/// Applications of the other replicas must hear of a commit too (from the listing the leader writes in
+/// the Repository's status), not at their periodic reconcile, which is set far beyond the test's wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_commit_reaches_the_applications_of_every_replica_not_only_the_leaders() {
+    let options = || OperatorOptions {
+        reconcile_interval: "10m".into(),
+        ..sharded()
+    };
+    let env = AppEnv::start_with("shardnews", options()).await;
+    register_clusters(&env).await;
+    let others = [
+        Operator::start(env.cluster.kubeconfig_path(), options()).await,
+        Operator::start(env.cluster.kubeconfig_path(), options()).await,
+    ];
+    wait_split(&env, &others).await;
+    env.apply(&[json!({
+        "apiVersion": "capstan.dev/v1alpha1",
+        "kind": "Repository",
+        "metadata": {"name": "news", "namespace": env.ns},
+        "spec": {"url": env.repo.url(), "pollInterval": "1s"},
+    })])
+    .await;
+    let apps = one_app_per_cluster(&env).await;
+    for name in &apps {
+        env.wait_synced_healthy(name).await;
+    }
+    let writers = writers_by_application(&env.cluster.requests(), &env.ns);
+    let replicas: std::collections::BTreeSet<&String> = apps.iter().filter_map(|a| writers.get(a)?.first()).collect();
+    assert!(
+        replicas.len() >= 2,
+        "the 5 Applications are spread over replicas: {writers:?}"
+    );
+
+    for name in &apps {
+        let dest = name.trim_start_matches("to-");
+        env.repo.write(
+            &format!("apps/{dest}/cm.yaml"),
+            &format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}}}\ndata: {{a: \"2\"}}\n"),
+        );
+    }
+    env.repo.commit("every ConfigMap to 2").await;
+    for name in &apps {
+        env.wait_object(
+            "ConfigMap",
+            name,
+            "holds the new commit's value",
+            |o: Option<&Value>| o.is_some_and(|o| text(o, "/data/a") == "2"),
+        )
+        .await;
+    }
 }

@@ -90,6 +90,9 @@ pub struct RevisionNotifier {
     operator_namespace: String,
     coalesce: Duration,
     changes: broadcast::Sender<RevisionChange>,
+    /// The last commit announced per (Repository namespace, url, ref): a change is announced once, though
+    /// two paths report it (see [`publish`](Self::publish)).
+    announced: Mutex<HashMap<(String, String, String), String>>,
     tracked: Mutex<HashMap<String, Vec<Tracking>>>,
     repositories: OnceLock<Store<Repository>>,
     refresh_tx: mpsc::UnboundedSender<ObjectRef<Repository>>,
@@ -107,6 +110,7 @@ impl RevisionNotifier {
             operator_namespace: operator_namespace.to_string(),
             coalesce,
             changes,
+            announced: Mutex::default(),
             tracked: Mutex::default(),
             repositories: OnceLock::new(),
             refresh_tx,
@@ -117,8 +121,18 @@ impl RevisionNotifier {
 
     // ---- changes ----
 
-    /// Announces a moved ref to every subscriber (none listening is fine).
+    /// Announces a moved ref to every subscriber (none listening is fine), unless the same commit of the
+    /// same ref was the last one announced. Two paths report a change: the Repository controller when it
+    /// writes a new listing, and the Repository watch of every replica when it sees that listing (how a
+    /// replica that does not run the Repository controller learns of new commits); the first one wins.
     pub fn publish(&self, change: RevisionChange) {
+        let key = (change.namespace.clone(), change.url.clone(), change.ref_.clone());
+        let mut announced = self.announced.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if announced.get(&key) == Some(&change.revision) {
+            return;
+        }
+        announced.insert(key, change.revision.clone());
+        drop(announced);
         let _ = self.changes.send(change);
     }
 
@@ -327,6 +341,27 @@ pub fn owner_key<K: kube::Resource<DynamicType = ()>>(obj: &K) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_change_reported_by_both_paths_is_announced_once_a_later_commit_again() {
+        let n = RevisionNotifier::new("capstan-system", Duration::from_secs(1));
+        let mut rx = n.subscribe();
+        let change = |rev: char, prev: char| RevisionChange {
+            namespace: "capstan-system".into(),
+            url: "g.example/o/r".into(),
+            ref_: "HEAD".into(),
+            revision: rev.to_string().repeat(40),
+            previous: Some(prev.to_string().repeat(40)),
+        };
+        n.publish(change('b', 'a')); // the Repository controller
+        n.publish(change('b', 'a')); // the Repository watch, seeing the status it wrote
+        n.publish(change('c', 'b'));
+        n.publish(change('b', 'c')); // a force-push back is a change too
+        let got: Vec<String> = std::iter::from_fn(|| rx.try_recv().ok())
+            .map(|c| c.revision[..1].to_string())
+            .collect();
+        assert_eq!(got, ["b", "c", "b"]);
+    }
 
     #[test]
     fn url_forms_share_one_key() {

@@ -52,6 +52,11 @@ impl QueueDepth {
         self.gauge.set(pending.len() as i64);
     }
 
+    /// Whether `namespace/name` was triggered and its reconcile has not started yet.
+    pub fn is_pending(&self, key: &str) -> bool {
+        lock(&self.pending).contains(key)
+    }
+
     /// Objects waiting now.
     pub fn depth(&self) -> usize {
         lock(&self.pending).len()

@@ -68,9 +68,7 @@ pub fn kind(obj: &Value) -> &str {
 }
 
 pub fn name(obj: &Value) -> &str {
-    metadata_field(obj, "name")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
+    metadata_field(obj, "name").and_then(Value::as_str).unwrap_or_default()
 }
 
 pub fn namespace(obj: &Value) -> &str {

@@ -81,10 +81,12 @@ use kube::{Resource, ResourceExt};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
-use super::notifier::{on_new_commits, owner_key};
+use super::notifier::{on_new_commits, owner_key, url_key, RevisionNotifier};
+use super::repository::revision_changes;
 use super::stores::Stores;
 use super::{lock, ns_name, run_controller, Context, Shutdown};
 use crate::api::application::{HealthStatusCode, OperationPhase, SyncStatusCode};
+use crate::api::repository::FetchedRevision;
 use crate::api::{Application, PolicySet, Repository};
 use crate::cluster::ClusterHandle;
 use crate::metrics::InfoSeries;
@@ -416,7 +418,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) -> anyhow::Result<()> {
     on_new_commits(Arc::clone(&ctx.notifier), reader.clone(), move |change, apps| {
         wake::wake(&listener_ctx, &listener, &queue, change, apps);
     });
-    spawn_repository_drain(repos);
+    follow_repository_listings(Arc::clone(&ctx.notifier), repos);
     let mapper_store = reader.clone();
     let (policy_store, operator_ns) = (reader.clone(), ctx.namespace().to_string());
     // NB: not a plain `wait_until_ready` in a task: kube-runtime wakes only one waiter.
@@ -499,10 +501,34 @@ fn governed_by(apps: &[Arc<Application>], set: &PolicySet, operator_ns: &str) ->
 }
 
 /// Keeps the Repository store fed (credentials and last listed revisions are read from it).
-fn spawn_repository_drain(repos: impl futures::Stream<Item = Result<Repository, watcher::Error>> + Send + 'static) {
+/// Drains the Repository watch (it feeds the store) and announces the tracked refs whose listing in
+/// `status.lastFetchedRevision` moved. The Repository controller announces its own listings as it writes
+/// them; this is how a replica that does not run it learns of new commits (a standby, and under sharding
+/// every replica but the leader, whose Applications would otherwise wait for their periodic reconcile).
+/// The notifier drops the second announcement of a change. The first sight of a Repository is no change.
+fn follow_repository_listings(
+    notifier: Arc<RevisionNotifier>,
+    repos: impl futures::Stream<Item = Result<Repository, watcher::Error>> + Send + 'static,
+) {
     tokio::spawn(async move {
         let mut repos = std::pin::pin!(repos);
-        while repos.next().await.is_some() {}
+        let mut listed: HashMap<String, Vec<FetchedRevision>> = HashMap::new();
+        while let Some(event) = repos.next().await {
+            let Ok(repo) = event else { continue };
+            let now = repo
+                .status
+                .as_ref()
+                .map(|s| s.last_fetched_revision.clone())
+                .unwrap_or_default();
+            let Some(before) = listed.insert(ns_name(&repo), now.clone()) else {
+                continue;
+            };
+            let Some(url) = url_key(&repo.spec.url) else { continue };
+            let ns = repo.namespace().unwrap_or_default();
+            for change in revision_changes(&ns, &url, &before, &now) {
+                notifier.publish(change);
+            }
+        }
     });
 }
 

@@ -63,24 +63,9 @@ pub async fn resolve(
     revision: &str,
     force: bool,
 ) -> Result<Resolved, Problem> {
-    let ns = app.namespace().unwrap_or_default();
-    let url =
-        RepoUrl::parse(&source.repo_url).map_err(|e| Problem::invalid_spec("InvalidSpec", format!("repoURL: {e}")))?;
     let rev =
         Revision::parse(revision).map_err(|e| Problem::invalid_spec("InvalidSpec", format!("targetRevision: {e}")))?;
-    let repos = state.repositories();
-    let repo = matching_repository(&repos, &source.repo_url, &ns, ctx.namespace())
-        .map_err(|e| Problem::new(e.category, e.message))?;
-    let creds = credentials(ctx, &repos, repo.as_deref(), &ns, &url)
-        .await
-        .map_err(|e| {
-            let kind = if e.transient {
-                ProblemKind::Transient
-            } else {
-                ProblemKind::Permanent
-            };
-            Problem::of_kind(kind, e.category, e.message)
-        })?;
+    let Access { url, repo, creds } = access(ctx, state, app, source).await?;
     let problem = |e: SourceError| Problem::from_source(&e, sanitize(&creds, &e.to_string()));
     let key = (url_key(&source.repo_url).unwrap_or_default(), rev.as_str().to_string());
     // After a failed network resolution, keep asking the network: a cached commit would report the
@@ -114,6 +99,55 @@ pub async fn resolve(
         commit: commit.sha().to_string(),
         checkout,
     })
+}
+
+/// How `app` reaches `source`'s repository: the URL, the Repository that serves it (if any) and the
+/// credentials that apply (the Repository rules of docs/user-guide.md).
+struct Access {
+    url: RepoUrl,
+    repo: Option<Arc<Repository>>,
+    creds: crate::source::Credentials,
+}
+
+async fn access(
+    ctx: &Context,
+    state: &State,
+    app: &Application,
+    source: &ApplicationSource,
+) -> Result<Access, Problem> {
+    let ns = app.namespace().unwrap_or_default();
+    let url =
+        RepoUrl::parse(&source.repo_url).map_err(|e| Problem::invalid_spec("InvalidSpec", format!("repoURL: {e}")))?;
+    let repos = state.repositories();
+    let repo = matching_repository(&repos, &source.repo_url, &ns, ctx.namespace())
+        .map_err(|e| Problem::new(e.category, e.message))?;
+    let creds = credentials(ctx, &repos, repo.as_deref(), &ns, &url)
+        .await
+        .map_err(|e| {
+            let kind = if e.transient {
+                ProblemKind::Transient
+            } else {
+                ProblemKind::Permanent
+            };
+            Problem::of_kind(kind, e.category, e.message)
+        })?;
+    Ok(Access { url, repo, creds })
+}
+
+/// Fetches `commit` of `source`'s repository into the Git cache, as `app` may (no checkout): what a
+/// consumer needs before it reads the commit's changed paths.
+pub(super) async fn fetch_commit(
+    ctx: &Context,
+    state: &State,
+    app: &Application,
+    source: &ApplicationSource,
+    commit: &str,
+) -> Result<(), Problem> {
+    let Access { url, creds, .. } = access(ctx, state, app, source).await?;
+    let rev = Revision::parse(commit).map_err(|e| Problem::invalid_spec("InvalidSpec", format!("revision: {e}")))?;
+    fetch(ctx, &url, &creds, &rev)
+        .await
+        .map_err(|e| Problem::from_source(&e, sanitize(&creds, &e.to_string())))
 }
 
 /// Registers the refs `app` tracks with the notifier (its target revision, unless a full SHA).

@@ -7,9 +7,9 @@
 //! ([`source::render_verdict`] on what each one's last render read):
 //! - **urgent**: the commit changed something it reads, or that is not known (never rendered here, the
 //!   changed paths unknown): woken at once;
-//! - **deferred**: nothing it reads changed: released in rounds of the reconcile concurrency, a round only
-//!   when fewer than one round are waiting in the queue, so urgent work (this commit's or the next one's)
-//!   never waits behind more than one round of them.
+//! - **deferred**: nothing it reads changed: released once the urgent ones' reconciles have started, in
+//!   rounds of the reconcile concurrency, a round only when fewer than one round are waiting in the queue,
+//!   so urgent work (this commit's or the next one's) never waits behind more than one round of them.
 //!
 //! The split only orders the work. Every woken Application still decides for itself, in its reconcile,
 //! whether to render again, and every one of them is woken.
@@ -23,7 +23,7 @@ use super::source::{self, MAX_CHANGED_PATHS};
 use super::State;
 use crate::api::Application;
 use crate::controllers::notifier::RevisionChange;
-use crate::controllers::queue::QueueDepth;
+use crate::controllers::queue::{ref_key, QueueDepth};
 use crate::controllers::Context;
 use crate::render::reads::{ReadSet, Verdict};
 use crate::source::{ChangedPaths, Commit, RepoUrl};
@@ -50,16 +50,26 @@ pub(super) fn wake(
     tokio::spawn(async move {
         let apps: Vec<(ObjectRef<Application>, Option<Arc<Application>>)> =
             owners.into_iter().map(|r| (r.clone(), state.application(&r))).collect();
+        let started = std::time::Instant::now();
         let changed = changed_paths(&ctx, &state, &apps, &change).await;
         let (urgent, deferred) = split(apps, |app| state.last_reads(app), changed.as_deref());
         tracing::debug!(
             revision = %change.revision,
             urgent = urgent.len(),
             deferred = deferred.len(),
+            changed_paths_ms = started.elapsed().as_millis() as u64,
             "new commit: waking Applications, those it concerns first"
         );
+        let urgent_keys: Vec<String> = urgent.iter().map(ref_key).collect();
         urgent.into_iter().for_each(|r| state.wake(r));
-        release(&state, &queue, usize::from(ctx.settings.app_concurrency.max(1)), deferred).await;
+        wait_started(&queue, &urgent_keys).await;
+        release(
+            &state,
+            &queue,
+            usize::from(ctx.settings.app_concurrency.max(1)),
+            deferred,
+        )
+        .await;
     });
 }
 
@@ -99,7 +109,7 @@ async fn changed_paths(
     let app = apps.iter().find_map(|(_, a)| a.clone())?;
     let source = &app.spec.source;
     let previous = Commit::parse(change.previous.as_deref()?).ok()?;
-    if let Err(p) = source::resolve(ctx, state, &app, source, &change.revision, false).await {
+    if let Err(p) = source::fetch_commit(ctx, state, &app, source, &change.revision).await {
         tracing::debug!(problem = %p.message, "new commit not fetched; waking every Application at once");
         return None;
     }
@@ -112,6 +122,16 @@ async fn changed_paths(
             tracing::debug!(error = %e, "changed paths unknown; waking every Application at once");
             None
         }
+    }
+}
+
+/// Waits until the reconciles of `keys` have started (or [`RELEASE_MAX_WAIT`]): the controller's
+/// scheduler does not keep the order objects were triggered in, so deferred ones released at once could
+/// still be picked before them.
+async fn wait_started(queue: &QueueDepth, keys: &[String]) {
+    let deadline = tokio::time::Instant::now() + RELEASE_MAX_WAIT;
+    while keys.iter().any(|k| queue.is_pending(k)) && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(RELEASE_POLL).await;
     }
 }
 
@@ -167,11 +187,18 @@ mod tests {
     fn unknown_changes_unknown_reads_or_a_missing_object_wake_at_once() {
         let apps = || vec![app("a", "apps/a"), app("b", "apps/b")];
         let (urgent, deferred) = split(apps(), reads_of_path, None);
-        assert_eq!((names(&urgent), deferred.len()), (vec!["a".to_string(), "b".to_string()], 0));
+        assert_eq!(
+            (names(&urgent), deferred.len()),
+            (vec!["a".to_string(), "b".to_string()], 0)
+        );
 
         let changed = vec!["elsewhere/x.yaml".to_string()];
         let (urgent, deferred) = split(apps(), |_| None, Some(&changed));
-        assert_eq!((urgent.len(), deferred.len()), (2, 0), "never rendered: nothing is known to be unread");
+        assert_eq!(
+            (urgent.len(), deferred.len()),
+            (2, 0),
+            "never rendered: nothing is known to be unread"
+        );
 
         let uncertain = |_: &Application| Some(ReadSet::uncertain("a plugin read the repository"));
         let (urgent, _) = split(apps(), uncertain, Some(&changed));
