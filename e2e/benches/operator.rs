@@ -16,6 +16,8 @@
 //! - S4: commit → applied latency through the generic push webhook, and through a 10 s poll;
 //! - S1 (only when selected: `CAPSTAN_BENCH_ONLY=s1` / `s1b`): 500 Applications × 100 ConfigMaps (`s1b`:
 //!   50 × 1,000) in sync: peak RSS, CPU of one no-op refresh of all, one drift repaired under that load.
+//!   `s1x` runs the same scenario at `CAPSTAN_BENCH_S1X=<apps>x<objects>` (default `10x1000`), a smaller
+//!   variant for profiling iterations.
 //! - S5, S7 (only when selected): monorepo fan-out and polling at scale, see `fanout/mod.rs`.
 //!
 //! Every scenario's Applications live in the operator namespace: the platform team's Applications, written
@@ -953,6 +955,18 @@ async fn s3(runs: usize, report: &mut Report) -> anyhow::Result<()> {
 /// S1: `apps` Applications (in the operator namespace) × `per_app` ConfigMaps, all Synced: the operator's peak
 /// RSS, its CPU for one no-op refresh of every Application, and the time for one drift to be repaired under that
 /// load.
+/// `CAPSTAN_BENCH_S1X=<apps>x<objects>`, default 10 × 1,000.
+fn s1x_size() -> (usize, usize) {
+    std::env::var("CAPSTAN_BENCH_S1X")
+        .ok()
+        .and_then(|v| {
+            let (a, o) = v.split_once('x')?;
+            Some((a.trim().parse().ok()?, o.trim().parse().ok()?))
+        })
+        .filter(|(a, o)| *a > 0 && *o > 0)
+        .unwrap_or((10, 1000))
+}
+
 async fn s1(apps: usize, per_app: usize, report: &mut Report) -> anyhow::Result<()> {
     let ns = format!("s1-{apps}");
     let dest = format!("{ns}-dest");
@@ -1373,7 +1387,7 @@ async fn main() -> anyhow::Result<()> {
     let mut report = Report::default();
     let mut loads = BTreeMap::new();
     let mut failures = Vec::new();
-    for name in ["p0", "s2", "s3", "s6", "s4", "s1", "s1b"] {
+    for name in ["p0", "s2", "s3", "s6", "s4", "s1", "s1b", "s1x"] {
         if !selected.iter().any(|s| s == name) {
             continue;
         }
@@ -1385,6 +1399,10 @@ async fn main() -> anyhow::Result<()> {
             "s6" => s6(&mut report).await,
             "s1" => s1(500, 100, &mut report).await,
             "s1b" => s1(50, 1000, &mut report).await,
+            "s1x" => {
+                let (apps, per_app) = s1x_size();
+                s1(apps, per_app, &mut report).await
+            }
             _ => s4(&mut report).await,
         };
         if let Err(e) = result {
