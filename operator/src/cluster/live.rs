@@ -2,10 +2,13 @@
 //!
 //! For each GVK some Application needs, one `kube::runtime::watcher` lists and watches only objects that
 //! carry the `capstan.dev/app-instance` label (never the whole cluster), started lazily by
-//! [`LiveCache::ensure_watched`] and stopped by [`LiveCache::stop_idle`] once unused. Objects are stored as
-//! `Arc<Value>` with `managedFields` cut down to Capstan's own entry (the diff needs only the fields Capstan
-//! owns; the rest dominates memory) and the `last-applied-configuration` annotation dropped (memory, and it
-//! can carry a Secret's body). An index app-instance → objects answers [`LiveCache::objects_for`] without
+//! [`LiveCache::ensure_watched`] and stopped by [`LiveCache::stop_idle`] once unused. Objects are stored
+//! with `managedFields` cut down to Capstan's own entry (the diff needs only the fields Capstan owns; the
+//! rest dominates memory) and the `last-applied-configuration` annotation dropped (memory, and it can carry
+//! a Secret's body), as compact JSON text ([`Cached`]): a parsed `serde_json::Value` takes about nine times
+//! the bytes of its text (every JSON object is a B-tree with nodes of its own), the cache holds every managed
+//! object of the cluster, and a reconcile reads only its own Application's (freshly parsed, dropped after
+//! it). An index app-instance → objects answers [`LiveCache::objects_for`] without
 //! scanning the cache (a scan per Application is what makes large installations slow).
 //!
 //! Completeness: a watch is *synced* only after it emitted `InitDone` since its last (re)start. A relist (a
@@ -220,7 +223,11 @@ impl LiveCache {
     /// One cached object.
     pub fn get(&self, gvk: &GroupVersionKind, key: &ObjectKey) -> Option<Arc<Value>> {
         let state = self.inner.shared.read();
-        state.kinds.get(gvk).and_then(|k| k.objects.get(key).cloned())
+        state
+            .kinds
+            .get(gvk)
+            .and_then(|k| k.objects.get(key))
+            .and_then(|o| o.value(key))
     }
 
     /// App-instance ids whose objects changed, as they change.
@@ -308,10 +315,10 @@ impl Shared {
 /// One watcher event, objects already converted and pruned.
 enum Update {
     Init,
-    InitApply(Value),
+    InitApply(ObjectKey, Cached),
     InitDone,
-    Apply(Value),
-    Delete(Value),
+    Apply(ObjectKey, Cached),
+    Delete(ObjectKey),
     Error { message: String, gone: bool },
 }
 
@@ -327,10 +334,16 @@ async fn run_watch(
     while let Some(item) = stream.next().await {
         let update = match item {
             Ok(watcher::Event::Init) => Update::Init,
-            Ok(watcher::Event::InitApply(o)) => Update::InitApply(prune(dynamic_to_value(o, &resource))),
+            Ok(watcher::Event::InitApply(o)) => {
+                let (key, obj) = Cached::of(&prune(dynamic_to_value(o, &resource)));
+                Update::InitApply(key, obj)
+            }
             Ok(watcher::Event::InitDone) => Update::InitDone,
-            Ok(watcher::Event::Apply(o)) => Update::Apply(prune(dynamic_to_value(o, &resource))),
-            Ok(watcher::Event::Delete(o)) => Update::Delete(prune(dynamic_to_value(o, &resource))),
+            Ok(watcher::Event::Apply(o)) => {
+                let (key, obj) = Cached::of(&prune(dynamic_to_value(o, &resource)));
+                Update::Apply(key, obj)
+            }
+            Ok(watcher::Event::Delete(o)) => Update::Delete(ObjectKey::of(&dynamic_to_value(o, &resource))),
             Err(e) => {
                 let gone = matches!(&e, watcher::Error::WatchError(s) if s.code == 410);
                 let message = watch_error_message(&e);
@@ -411,6 +424,43 @@ fn slim_application_status(obj: &mut Value) {
 /// An object's place in the index: the watch it came from and its key.
 type Slot = (Arc<GroupVersionKind>, ObjectKey);
 
+/// One cached object as compact JSON text (see the module doc), with what the index and the change
+/// detection read without parsing it.
+#[derive(Clone, Debug)]
+struct Cached {
+    /// Label `capstan.dev/app-instance` (empty when missing: such an object is not kept).
+    instance: Box<str>,
+    resource_version: Box<str>,
+    json: Box<str>,
+}
+
+impl Cached {
+    fn of(obj: &Value) -> (ObjectKey, Cached) {
+        let cached = Cached {
+            instance: object::label(obj, APP_INSTANCE_LABEL).unwrap_or_default().into(),
+            resource_version: object::metadata_field(obj, "resourceVersion")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .into(),
+            // Serializing a `Value` cannot fail (its keys are strings).
+            json: serde_json::to_string(obj).unwrap_or_default().into(),
+        };
+        (ObjectKey::of(obj), cached)
+    }
+
+    /// The object, parsed again. Text written from a `Value` parses back to the same `Value` (the API
+    /// server's JSON was parsed with the same depth limit); `None` only if that ever broke, logged.
+    fn value(&self, key: &ObjectKey) -> Option<Arc<Value>> {
+        match serde_json::from_str(&self.json) {
+            Ok(v) => Some(Arc::new(v)),
+            Err(e) => {
+                tracing::error!(object = %key, error = %e, "a cached live object does not parse back; skipped");
+                None
+            }
+        }
+    }
+}
+
 #[derive(Default)]
 struct State {
     kinds: HashMap<GroupVersionKind, KindState>,
@@ -423,9 +473,9 @@ struct KindState {
     /// Which watch task owns this entry; events of a stopped task are ignored.
     generation: u64,
     synced: bool,
-    objects: HashMap<ObjectKey, Arc<Value>>,
+    objects: HashMap<ObjectKey, Cached>,
     /// Objects of a relist in progress, swapped in at `InitDone`.
-    relist: Option<HashMap<ObjectKey, Arc<Value>>>,
+    relist: Option<HashMap<ObjectKey, Cached>>,
     last_used: Instant,
     last_error: Option<String>,
 }
@@ -450,11 +500,7 @@ impl State {
     fn remove(&mut self, gvk: &GroupVersionKind) {
         let Some(kind) = self.kinds.remove(gvk) else { return };
         for (key, obj) in &kind.objects {
-            unindex(
-                &mut self.by_instance,
-                instance_of(obj),
-                &(kind.gvk.clone(), key.clone()),
-            );
+            unindex(&mut self.by_instance, &obj.instance, &(kind.gvk.clone(), key.clone()));
         }
     }
 
@@ -468,9 +514,8 @@ impl State {
                 kind.relist = Some(HashMap::new());
                 (Vec::new(), std::mem::replace(&mut kind.synced, false))
             }
-            Update::InitApply(obj) => {
-                let key = ObjectKey::of(&obj);
-                kind.relist.get_or_insert_with(HashMap::new).insert(key, Arc::new(obj));
+            Update::InitApply(key, obj) => {
+                kind.relist.get_or_insert_with(HashMap::new).insert(key, obj);
                 (Vec::new(), false)
             }
             Update::InitDone => {
@@ -479,14 +524,12 @@ impl State {
                 let flipped = !std::mem::replace(&mut kind.synced, true);
                 (self.replace_all(gvk, listed), flipped)
             }
-            Update::Apply(obj) => {
+            Update::Apply(key, obj) => {
                 kind.last_error = None;
-                let key = ObjectKey::of(&obj);
-                (self.put(gvk, key, Some(Arc::new(obj))), false)
+                (self.put(gvk, key, Some(obj)), false)
             }
-            Update::Delete(obj) => {
+            Update::Delete(key) => {
                 kind.last_error = None;
-                let key = ObjectKey::of(&obj);
                 (self.put(gvk, key, None), false)
             }
             Update::Error { message, gone } => {
@@ -498,12 +541,12 @@ impl State {
     }
 
     /// Sets (or, with `None`, removes) one object; returns the instances affected when it really changed.
-    fn put(&mut self, gvk: &GroupVersionKind, key: ObjectKey, obj: Option<Arc<Value>>) -> Vec<String> {
+    fn put(&mut self, gvk: &GroupVersionKind, key: ObjectKey, obj: Option<Cached>) -> Vec<String> {
         let Some(kind) = self.kinds.get_mut(gvk) else {
             return Vec::new();
         };
         // A label that no longer selects the object (or was emptied) takes it out of the cache.
-        let obj = obj.filter(|o| object::label(o, APP_INSTANCE_LABEL).is_some());
+        let obj = obj.filter(|o| !o.instance.is_empty());
         let old = match &obj {
             Some(o) => kind.objects.insert(key.clone(), o.clone()),
             None => kind.objects.remove(&key),
@@ -512,19 +555,19 @@ impl State {
             return Vec::new();
         }
         if let (Some(a), Some(b)) = (&old, &obj) {
-            if resource_version(a) == resource_version(b) && !resource_version(a).is_empty() {
+            if a.resource_version == b.resource_version && !a.resource_version.is_empty() {
                 return Vec::new();
             }
         }
         let slot = (kind.gvk.clone(), key);
         let mut changed = Vec::new();
         if let Some(o) = &old {
-            let instance = instance_of(o);
+            let instance = &*o.instance;
             unindex(&mut self.by_instance, instance, &slot);
             changed.push(instance.to_string());
         }
         if let Some(o) = &obj {
-            let instance = instance_of(o);
+            let instance = &*o.instance;
             self.by_instance
                 .entry(instance.to_string())
                 .or_default()
@@ -537,7 +580,7 @@ impl State {
     }
 
     /// Swaps in a relisted set; returns the instances of objects added, removed or changed by it.
-    fn replace_all(&mut self, gvk: &GroupVersionKind, listed: HashMap<ObjectKey, Arc<Value>>) -> Vec<String> {
+    fn replace_all(&mut self, gvk: &GroupVersionKind, listed: HashMap<ObjectKey, Cached>) -> Vec<String> {
         let old_keys: Vec<ObjectKey> = match self.kinds.get(gvk) {
             Some(k) => k
                 .objects
@@ -563,15 +606,15 @@ impl State {
         let Some(slots) = self.by_instance.get(instance) else {
             return Vec::new();
         };
-        let mut found: Vec<(&ObjectKey, &str, Arc<Value>)> = slots
+        let mut found: Vec<(&ObjectKey, &str, &Cached)> = slots
             .iter()
             .filter_map(|(gvk, key)| {
                 let obj = self.kinds.get(gvk.as_ref())?.objects.get(key)?;
-                Some((key, gvk.version.as_str(), obj.clone()))
+                Some((key, gvk.version.as_str(), obj))
             })
             .collect();
         found.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
-        found.into_iter().map(|(_, _, o)| o).collect()
+        found.into_iter().filter_map(|(key, _, o)| o.value(key)).collect()
     }
 }
 
@@ -582,16 +625,6 @@ fn unindex(index: &mut HashMap<String, HashSet<Slot>>, instance: &str, slot: &Sl
             index.remove(instance);
         }
     }
-}
-
-fn instance_of(obj: &Value) -> &str {
-    object::label(obj, APP_INSTANCE_LABEL).unwrap_or_default()
-}
-
-fn resource_version(obj: &Value) -> &str {
-    object::metadata_field(obj, "resourceVersion")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -607,6 +640,16 @@ mod unit_tests {
         }
         json!({"apiVersion": "v1", "kind": "ConfigMap",
                "metadata": {"name": name, "namespace": "ns", "resourceVersion": rv, "labels": labels}})
+    }
+
+    fn init_apply(name: &str, instance: Option<&str>, rv: &str) -> Update {
+        let (key, obj) = Cached::of(&cm(name, instance, rv));
+        Update::InitApply(key, obj)
+    }
+
+    fn apply(name: &str, instance: Option<&str>, rv: &str) -> Update {
+        let (key, obj) = Cached::of(&cm(name, instance, rv));
+        Update::Apply(key, obj)
     }
 
     fn gvk() -> GroupVersionKind {
@@ -675,8 +718,8 @@ mod unit_tests {
         let mut s = State::default();
         s.start(&gvk(), 1);
         assert_eq!(s.update(&gvk(), 1, Update::Init), (vec![], false));
-        s.update(&gvk(), 1, Update::InitApply(cm("a", Some("app1"), "1")));
-        s.update(&gvk(), 1, Update::InitApply(cm("b", Some("app2"), "1")));
+        s.update(&gvk(), 1, init_apply("a", Some("app1"), "1"));
+        s.update(&gvk(), 1, init_apply("b", Some("app2"), "1"));
         assert!(s.objects_for("app1").is_empty(), "nothing visible before InitDone");
         let (changed, flipped) = s.update(&gvk(), 1, Update::InitDone);
         assert_eq!(changed, vec!["app1".to_string(), "app2".to_string()]);
@@ -693,31 +736,57 @@ mod unit_tests {
         );
         assert!(flipped && !s.kinds[&gvk()].synced);
         s.update(&gvk(), 1, Update::Init);
-        s.update(&gvk(), 1, Update::InitApply(cm("a", Some("app1"), "1")));
+        s.update(&gvk(), 1, init_apply("a", Some("app1"), "1"));
         assert_eq!(s.objects_for("app2").len(), 1);
         let (changed, flipped) = s.update(&gvk(), 1, Update::InitDone);
         assert_eq!(changed, vec!["app2".to_string()], "only b vanished");
         assert!(flipped && s.objects_for("app2").is_empty());
 
         // A stale generation is ignored.
-        assert_eq!(
-            s.update(&gvk(), 7, Update::Apply(cm("c", Some("app3"), "2"))),
-            (vec![], false)
-        );
+        assert_eq!(s.update(&gvk(), 7, apply("c", Some("app3"), "2")), (vec![], false));
+    }
+
+    #[test]
+    fn cached_objects_read_back_exactly_as_pruned() {
+        // What the diff and health checks read must survive the compact form: Capstan's managedFields
+        // entry (fieldsV1 intact), data, status, numbers of every kind, key order irrelevant.
+        let live = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "namespace": "ns", "resourceVersion": "7",
+                "labels": {APP_INSTANCE_LABEL: "app1"},
+                "annotations": {LAST_APPLIED: "{}", "capstan.dev/tracking-id": "ns/app1:/ConfigMap:ns/a"},
+                "managedFields": [
+                    {"manager": "capstan", "operation": "Apply", "fieldsType": "FieldsV1",
+                     "fieldsV1": {"f:data": {"f:value": {}}, "f:metadata": {"f:labels": {}}}},
+                    {"manager": "kubectl", "operation": "Update", "fieldsV1": {"f:data": {"f:other": {}}}}]},
+            "data": {"value": "v1", "other": "ü\n\"x\""},
+            "status": {"replicas": 3, "ratio": 0.25, "big": 18446744073709551615u64, "neg": -1, "none": null}});
+        let mut s = State::default();
+        s.start(&gvk(), 1);
+        let (key, obj) = Cached::of(&prune(live.clone()));
+        s.update(&gvk(), 1, Update::Apply(key.clone(), obj));
+        let read = s.objects_for("app1");
+        assert_eq!(read.len(), 1);
+        assert_eq!(*read[0], prune(live));
+        assert_eq!(read[0]["metadata"]["managedFields"][0]["manager"], "capstan");
+        assert!(read[0].pointer("/metadata/managedFields/1").is_none());
+        assert!(read[0]
+            .pointer("/metadata/annotations/kubectl.kubernetes.io~1last-applied-configuration")
+            .is_none());
+        assert_eq!(s.kinds[&gvk()].objects[&key].resource_version.as_ref(), "7");
     }
 
     #[test]
     fn relabel_moves_object_between_instances() {
         let mut s = State::default();
         s.start(&gvk(), 1);
-        s.update(&gvk(), 1, Update::Apply(cm("a", Some("app1"), "1")));
-        let (changed, _) = s.update(&gvk(), 1, Update::Apply(cm("a", Some("app2"), "2")));
+        s.update(&gvk(), 1, apply("a", Some("app1"), "1"));
+        let (changed, _) = s.update(&gvk(), 1, apply("a", Some("app2"), "2"));
         assert_eq!(changed, vec!["app1".to_string(), "app2".to_string()]);
         assert!(s.objects_for("app1").is_empty());
         assert_eq!(s.objects_for("app2").len(), 1);
-        let (same, _) = s.update(&gvk(), 1, Update::Apply(cm("a", Some("app2"), "2")));
+        let (same, _) = s.update(&gvk(), 1, apply("a", Some("app2"), "2"));
         assert!(same.is_empty(), "same resourceVersion is no change");
-        let (gone, _) = s.update(&gvk(), 1, Update::Apply(cm("a", None, "3")));
+        let (gone, _) = s.update(&gvk(), 1, apply("a", None, "3"));
         assert_eq!(gone, vec!["app2".to_string()]);
         assert!(s.by_instance.is_empty());
     }
