@@ -1,5 +1,6 @@
 //! The reconcile itself: finalizer dispatch, then the named pipeline steps (see the parent module).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -97,8 +98,15 @@ impl Timings {
 /// The rendered target: commit and objects (namespaces filled in later).
 pub(super) struct Rendered {
     pub(super) commit: String,
-    pub(super) objects: Vec<Value>,
+    /// Shared with the render cache, not copied: a large Application's objects are megabytes.
+    output: Arc<crate::render::RenderOutput>,
     source_type: crate::api::application::ApplicationSourceType,
+}
+
+impl Rendered {
+    pub(super) fn objects(&self) -> &[Value] {
+        &self.output.objects
+    }
 }
 
 /// The live state of the destination as the later steps see it.
@@ -114,9 +122,11 @@ struct Observed {
 }
 
 /// What a sync step syncs: the operation's commit and objects.
-struct OperationTarget {
+struct OperationTarget<'o> {
     revision: String,
-    objects: Vec<Value>,
+    /// The comparison's desired objects when they are the target (borrowed: no copy of a large
+    /// Application), else the operation's own render.
+    objects: Cow<'o, [Value]>,
     /// The objects were rendered at `revision` (a failed render errors the operation).
     rendered: bool,
     /// They are the comparison's target (the same source at the same commit).
@@ -221,8 +231,8 @@ impl<'a> Pipeline<'a> {
         );
         Ok(Rendered {
             commit: resolved.commit,
-            objects: output.objects.clone(),
             source_type: source::source_type(output.tool),
+            output,
         })
     }
 
@@ -235,7 +245,7 @@ impl<'a> Pipeline<'a> {
         self.timings.mark("render");
         match rendered {
             Ok(r) => {
-                if let Err(e) = deletion::finalizers::ensure_finalizers(&self.api, self.app, &r.objects).await {
+                if let Err(e) = deletion::finalizers::ensure_finalizers(&self.api, self.app, r.objects()).await {
                     tracing::warn!(error = %e, "adding the deletion-hook finalizers failed; retried next reconcile");
                 }
                 Some(r)
@@ -251,7 +261,7 @@ impl<'a> Pipeline<'a> {
     /// incomplete cache makes the planner wait.
     async fn observe(&mut self, dest: &ResolvedDestination, rendered: Option<&Rendered>) -> Observed {
         let dest_ns = self.app.spec.destination.namespace.clone().unwrap_or_default();
-        let desired_raw: &[Value] = rendered.map(|r| r.objects.as_slice()).unwrap_or_default();
+        let desired_raw: &[Value] = rendered.map(Rendered::objects).unwrap_or_default();
         let view = compare::observe_app(&dest.cluster, self.app, desired_raw, &dest_ns).await;
         self.timings.mark("live");
         let desired = desired_raw
@@ -503,14 +513,14 @@ impl<'a> Pipeline<'a> {
     /// The commit and objects `op` syncs: the comparison's when it syncs the same source at the same
     /// commit, else its own render (a rollback, a pinned revision); a failed render is a comparison
     /// error and errors the operation without applying or pruning anything.
-    async fn operation_target(
+    async fn operation_target<'o>(
         &mut self,
-        observed: &Observed,
+        observed: &'o Observed,
         op: &Operation,
         state: Option<&OperationState>,
         target: Option<&Rendered>,
         (force, hard): (bool, bool),
-    ) -> OperationTarget {
+    ) -> OperationTarget<'o> {
         let sync_op = op.sync.clone().unwrap_or_default();
         let source = sync_op.source.clone().unwrap_or_else(|| self.app.spec.source.clone());
         let wanted = state
@@ -522,19 +532,19 @@ impl<'a> Pipeline<'a> {
         let same_as_target = source == self.app.spec.source
             && target.is_some_and(|t| t.commit == wanted || target_revision(&source) == wanted);
         let (revision, objects, rendered) = match target {
-            Some(t) if same_as_target => (t.commit.clone(), observed.desired.clone(), true),
+            Some(t) if same_as_target => (t.commit.clone(), Cow::Borrowed(observed.desired.as_slice()), true),
             _ => match self.render(&source, &wanted, force, hard).await {
                 Ok(r) => {
                     let objects = r
-                        .objects
+                        .objects()
                         .iter()
                         .map(|o| compare::with_namespace(o, &observed.view, &observed.dest_ns))
                         .collect();
-                    (r.commit, objects, true)
+                    (r.commit, Cow::Owned(objects), true)
                 }
                 Err(p) => {
                     self.found.fail_comparison(p);
-                    (wanted, Vec::new(), false)
+                    (wanted, Cow::Owned(Vec::new()), false)
                 }
             },
         };

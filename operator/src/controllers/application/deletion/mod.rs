@@ -270,7 +270,7 @@ impl<'a> Cleanup<'a> {
         let pipeline = Pipeline::new(app, self.ctx, self.state)
             .map_err(|e| Problem::invalid_spec("InvalidSpec", e.to_string()))?;
         match pipeline.render(&app.spec.source, &synced, false, false).await {
-            Ok(r) => Ok(r.objects),
+            Ok(r) => Ok(r.objects().to_vec()),
             Err(p) => {
                 let message = format!(
                     "the manifests at {} cannot be rendered: {}",
