@@ -392,6 +392,23 @@ async fn generation_failed(ctx: &Context, set: &ApplicationSet, e: &AppSetError)
     Reconciled::failed(outcome, generation_error(e, git_requeue(set)))
 }
 
+/// Trims an Application on its way into this controller's cache to what the set reads of it: spec and
+/// metadata (planning compares them), and of the status only sync, health and the operation's phase and
+/// start (the rollout's view, [`rollout::RolloutApp::of`]). The resource list, the sync result and the
+/// history grow with the Application's size and were a copy of every managed object's entry next to the
+/// Application controller's own (S1 heap profile: 50 Applications of 1,000 objects).
+pub fn slim_generated(app: &mut Application) {
+    crate::controllers::slim_cached(app);
+    if let Some(status) = app.status.as_mut() {
+        status.resources = Vec::new();
+        status.history = Vec::new();
+        if let Some(op) = status.operation_state.as_mut() {
+            op.sync_result = None;
+            op.message = None;
+        }
+    }
+}
+
 /// Steps 3–5 for the generated Applications.
 async fn apply_generated(
     ctx: &Context,
@@ -665,7 +682,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) -> anyhow::Result<()> {
     let apps = ctx
         .watch::<Application>(watcher::Config::default())
         .default_backoff()
-        .modify(crate::controllers::slim_cached)
+        .modify(slim_generated)
         .reflect(app_writer)
         .touched_objects();
     let (cluster_reader, cluster_writer) = reflector::store();

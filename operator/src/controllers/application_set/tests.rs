@@ -510,3 +510,34 @@ async fn rolling_sync_goes_step_by_step_and_a_progressing_step_holds_the_next() 
     assert_eq!(rollout_status(&after, "app-prod"), RolloutStatus::Healthy);
     assert!(condition(&after, "RolloutProgressing").starts_with("False/ApplicationSetRolloutComplete"));
 }
+
+#[test]
+fn the_slimmed_cache_keeps_what_planning_and_the_rollout_read() {
+    let full: Application = serde_json::from_value(json!({
+        "apiVersion": "capstan.dev/v1alpha1", "kind": "Application",
+        "metadata": {"name": "a-dev", "namespace": NS, "labels": {"env": "dev"}},
+        "spec": {"project": "default", "source": {"repoURL": "https://example.com/r.git", "path": "a"},
+                 "destination": {"server": "https://kubernetes.default.svc", "namespace": "dev"}},
+        "status": {
+            "sync": {"status": "Synced", "revision": "abc"}, "health": {"status": "Healthy"},
+            "resources": [{"kind": "ConfigMap", "name": "x", "version": "v1"}],
+            "history": [{"id": 1, "revision": "abc"}],
+            "operationState": {"phase": "Running", "startedAt": "2026-11-26T10:00:00Z", "message": "applying",
+                "operation": {"sync": {"revision": "abc"}},
+                "syncResult": {"revision": "abc", "resources": [{"kind": "ConfigMap", "name": "x", "version": "v1"}]}}
+        }
+    }))
+    .unwrap();
+    let mut slim = full.clone();
+    super::slim_generated(&mut slim);
+    let status = slim.status.as_ref().unwrap();
+    assert!(status.resources.is_empty() && status.history.is_empty());
+    assert!(status.operation_state.as_ref().unwrap().sync_result.is_none());
+    assert_eq!(slim.spec, full.spec);
+    assert_eq!(slim.metadata.labels, full.metadata.labels);
+    assert_eq!(
+        super::rollout::RolloutApp::of(&slim),
+        super::rollout::RolloutApp::of(&full),
+        "the rollout's view is unchanged"
+    );
+}
