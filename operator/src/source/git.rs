@@ -16,6 +16,7 @@
 //! network call below runs inside that module's per-thread scope (see [`Session`]).
 
 use std::cell::Cell;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -80,6 +81,12 @@ pub struct Git2Source {
     cache: Arc<Cache>,
     config: Arc<GitConfig>,
     diffs: Arc<DiffMemo>,
+    /// One lock per checkout directory being written: the reconciles that need a commit's checkout at the
+    /// same moment (all the Applications a commit wakes) wait for one checkout instead of each writing its
+    /// own copy of the whole tree.
+    checkouts: Arc<std::sync::Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>>,
+    /// Checkouts written so far (not found on disk), for tests of the lock above.
+    written: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 static GLOBAL_TIMEOUTS: OnceLock<(Duration, Duration)> = OnceLock::new();
@@ -108,6 +115,8 @@ impl Git2Source {
             cache: Arc::new(Cache::new(root)),
             config: Arc::new(config),
             diffs: Arc::default(),
+            checkouts: Arc::default(),
+            written: Arc::default(),
         }
     }
 
@@ -129,6 +138,26 @@ impl Git2Source {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(SourceError::Internal(format!("git task for {url} failed"))),
             Err(_) => Err(timeout_error(url, &self.config)),
+        }
+    }
+
+    /// How many checkouts this source wrote (a checkout found on disk is not counted).
+    pub fn checkouts_written(&self) -> usize {
+        self.written.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The lock of checkout directory `dir` (made on first use).
+    fn checkout_lock(&self, dir: &Path) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.checkouts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        Arc::clone(locks.entry(dir.to_path_buf()).or_default())
+    }
+
+    /// Drops the lock of `dir` from the map once nobody else holds or waits for it.
+    fn release_checkout_lock(&self, dir: &Path, lock: &Arc<tokio::sync::Mutex<()>>) {
+        let mut locks = self.checkouts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Two references: the map's and the caller's.
+        if Arc::strong_count(lock) <= 2 {
+            locks.remove(dir);
         }
     }
 
@@ -205,9 +234,24 @@ impl GitSource for Git2Source {
         Box::pin(async move {
             let repo_dir = self.cache.repo_dir(url);
             let dir = self.cache.checkout_dir(url, commit);
-            let c = commit.clone();
-            self.run_blocking(url, self.deadline(), move || checkout_blocking(&repo_dir, &dir, &c))
-                .await
+            let deadline = self.deadline();
+            let lock = self.checkout_lock(&dir);
+            let wait = deadline.saturating_duration_since(Instant::now());
+            let Ok(_held) = tokio::time::timeout(wait, lock.lock()).await else {
+                return Err(timeout_error(url, &self.config));
+            };
+            let (c, done, written) = (commit.clone(), dir.clone(), Arc::clone(&self.written));
+            let result = self
+                .run_blocking(url, deadline, move || {
+                    if dir.is_dir() {
+                        return Ok(dir);
+                    }
+                    written.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    checkout_blocking(&repo_dir, &dir, &c)
+                })
+                .await;
+            self.release_checkout_lock(&done, &lock);
+            result
         })
     }
 

@@ -164,6 +164,28 @@ async fn git_daemon_ls_remote_fetches_nothing_and_shallow_fetch_works() {
     assert!(ts::object_count(&src.cache().repo_dir(&u)) >= shallow_objects);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_checkouts_of_one_commit_write_it_once() {
+    let fx = ts::Fixture::new();
+    let (_d, src) = source();
+    let u = url(&fx.file_url());
+    let c2 = fetch_resolve(&src, &u, &Credentials::default(), "main")
+        .await
+        .expect("fetch");
+    let dirs = futures::future::join_all((0..8).map(|_| src.checkout(&u, &c2))).await;
+    let dirs: Vec<_> = dirs.into_iter().map(|d| d.expect("checkout")).collect();
+    assert!(dirs.iter().all(|d| *d == dirs[0]));
+    assert_eq!(
+        src.checkouts_written(),
+        1,
+        "eight reconciles needing one commit write one checkout"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dirs[0].join("app/cm.yaml")).unwrap(),
+        "kind: ConfigMap\ndata: {a: b}\n"
+    );
+}
+
 #[tokio::test]
 async fn concurrent_fetches_of_one_url_share_one_fetch() {
     let fx = ts::Fixture::new();
