@@ -17,6 +17,7 @@ use capstan::telemetry::LogFormat;
 use capstan::{http, metrics::Metrics, webhook};
 use clap::{Parser, Subcommand};
 
+mod allocator;
 mod bootstrap_cli;
 
 /// Capstan: a Kubernetes GitOps operator that delivers what Git declares.

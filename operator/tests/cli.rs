@@ -78,3 +78,26 @@ fn run_rejects_an_unknown_log_format() {
     let output = capstan(&["run", "--log-format", "xml"]);
     assert_eq!(output.status.code(), Some(2));
 }
+
+#[test]
+fn the_binary_allocates_with_jemalloc_configured_to_return_freed_memory() {
+    // jemalloc prints its effective options at exit with `stats_print`; the settings compiled into the
+    // binary must be in effect (glibc's malloc would ignore the variable and print nothing).
+    let output = Command::new(env!("CARGO_BIN_EXE_capstan"))
+        .arg("version")
+        .env("_RJEM_MALLOC_CONF", "stats_print:true")
+        .output()
+        .expect("runs capstan");
+    assert!(output.status.success());
+    let stats = String::from_utf8_lossy(&output.stderr);
+    for option in [
+        "opt.background_thread: true",
+        "opt.dirty_decay_ms: 1000",
+        "opt.muzzy_decay_ms: 0",
+    ] {
+        assert!(
+            stats.contains(option),
+            "{option} missing from jemalloc's stats:\n{stats}"
+        );
+    }
+}
