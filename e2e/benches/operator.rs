@@ -14,8 +14,9 @@
 //! - S3: one commit adds 1,000 one-ConfigMap Applications to an app-of-apps;
 //! - S6: self-heal latency over 50 edits and 50 deletions of managed ConfigMaps;
 //! - S4: commit → applied latency through the generic push webhook, and through a 10 s poll;
-//! - S1 (`s1`, `s1b`): 500 Applications × 100 ConfigMaps (`s1b`: 50 × 1,000) in sync: RSS once all are Synced and during a no-op refresh of all (100 ms samples), the
-//!   initial sync's peak (`VmHWM`), CPU of the refresh, one drift repaired under that load.
+//! - S1 (`s1`, `s1b`): 500 Applications × 100 ConfigMaps (`s1b`: 50 × 1,000) in sync: RSS once all are
+//!   Synced and at most during a no-op refresh of all (100 ms samples), the initial sync's peak (`VmHWM`),
+//!   CPU of the refresh, one drift repaired under that load.
 //!   `s1x` runs the same scenario at `CAPSTAN_BENCH_S1X=<apps>x<objects>` (default `10x1000`), a smaller
 //!   variant for profiling iterations (only when selected).
 //! - S5, S7: monorepo fan-out and polling at scale, see `fanout/mod.rs`.
@@ -38,6 +39,8 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
@@ -329,19 +332,21 @@ impl Operator {
 /// The highest RSS of a process seen by a 100 ms sampler since the last [`RssWatch::take_max`]: the peak
 /// of one phase, where `VmHWM` only knows the peak of the process's whole life.
 struct RssWatch {
-    max_kib: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    max_kib: Arc<AtomicU64>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl RssWatch {
     fn start(pid: u32) -> RssWatch {
-        let max_kib = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let max_kib = Arc::new(AtomicU64::new(0));
         let max = max_kib.clone();
         let task = tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_millis(100));
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
             loop {
+                every.tick().await;
                 let kib = (status_mib(pid, "VmRSS:") * 1024.0) as u64;
-                max.fetch_max(kib, std::sync::atomic::Ordering::Relaxed);
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                max.fetch_max(kib, Ordering::Relaxed);
             }
         });
         RssWatch { max_kib, task }
@@ -349,7 +354,7 @@ impl RssWatch {
 
     /// The highest RSS since the start or the previous call, in MiB; starts the next phase.
     fn take_max(&self) -> f64 {
-        self.max_kib.swap(0, std::sync::atomic::Ordering::Relaxed) as f64 / 1024.0
+        self.max_kib.swap(0, Ordering::Relaxed) as f64 / 1024.0
     }
 }
 
@@ -593,6 +598,7 @@ fn max(xs: &[f64]) -> f64 {
 }
 
 /// One row of the figures table.
+#[derive(Default)]
 struct Row {
     scenario: String,
     measure: String,
@@ -1069,7 +1075,7 @@ async fn s1(apps: usize, per_app: usize, report: &mut Report) -> anyhow::Result<
         op.hwm()
     ));
     tokio::time::sleep(Duration::from_secs(10)).await;
-    // The measure: RSS once every object is Synced (the initial sync's peak is reported beside it).
+    // The goal's measure: RSS once every object is Synced (the initial sync's peak is reported beside it).
     let synced_rss = op.rss();
     let setup_peak = op.hwm();
 
@@ -1117,22 +1123,20 @@ async fn s1(apps: usize, per_app: usize, report: &mut Report) -> anyhow::Result<
         ),
         value: format!("{synced_rss:.0} MiB"),
         spread: format!("{:.0} MiB after the refresh and the drift below", op.rss()),
-        cpu: String::new(),
         rss: format!("{synced_rss:.0} MiB"),
-        writes: String::new(),
         target: "< 250 MiB".into(),
         verdict: verdict(synced_rss < 250.0),
+        ..Row::default()
     });
     report.rows.push(Row {
         scenario: label.clone(),
         measure: "operator RSS at most, while every Application is refreshed at once (the refresh below)".into(),
         value: format!("{refresh_rss:.0} MiB"),
         spread: "100 ms samples".into(),
-        cpu: String::new(),
         rss: format!("{refresh_rss:.0} MiB"),
-        writes: String::new(),
         target: "< 250 MiB".into(),
         verdict: verdict(refresh_rss < 250.0),
+        ..Row::default()
     });
     report.rows.push(Row {
         scenario: label.clone(),
@@ -1142,11 +1146,10 @@ async fn s1(apps: usize, per_app: usize, report: &mut Report) -> anyhow::Result<
         ),
         value: format!("{setup_peak:.0} MiB"),
         spread: format!("{:.2}× the Synced RSS", setup_peak / synced_rss.max(1.0)),
-        cpu: String::new(),
         rss: format!("{setup_peak:.0} MiB"),
-        writes: String::new(),
         target: "< 2× the Synced RSS".into(),
         verdict: verdict(setup_peak < 2.0 * synced_rss),
+        ..Row::default()
     });
     report.rows.push(Row {
         scenario: label.clone(),
@@ -1166,11 +1169,10 @@ async fn s1(apps: usize, per_app: usize, report: &mut Report) -> anyhow::Result<
         measure: "one drift (merge patch of `data`) → repaired, under that load".into(),
         value: secs(drift),
         spread: "1 drift".into(),
-        cpu: String::new(),
         rss: format!("{drift_rss:.0} MiB (max during it)"),
-        writes: String::new(),
         target: "—".into(),
         verdict: "—".into(),
+        ..Row::default()
     });
     Ok(())
 }
