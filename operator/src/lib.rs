@@ -7,6 +7,7 @@ pub mod cluster;
 pub mod controllers;
 pub mod crdgen;
 pub mod engine;
+pub mod glob;
 pub mod http;
 pub mod metrics;
 pub mod policy;

@@ -22,34 +22,10 @@ pub const MAX_PATTERNS: usize = 100;
 /// The CRD's pattern for one `sourceNamespaces` entry (see the module doc).
 pub const PATTERN_REGEX: &str = r"^[a-z0-9*?-]+$";
 
-/// Whether `pattern` matches the whole of `name` (module doc: `*`, `?`, literals). Iterative with one
-/// backtrack point, so a pattern of many `*` costs O(len(pattern) × len(name)) at worst.
+/// Whether `pattern` matches the whole namespace name `name` (module doc): the code base's one glob
+/// matcher with only `*` and `?`, neither of which ever matches `/`.
 pub fn glob_match(pattern: &str, name: &str) -> bool {
-    let p: Vec<char> = pattern.chars().collect();
-    let n: Vec<char> = name.chars().collect();
-    let (mut pi, mut ni) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while ni < n.len() {
-        match p.get(pi) {
-            Some('*') => {
-                star = Some((pi, ni));
-                pi += 1;
-            }
-            Some(&c) if c == '?' || c == n[ni] => {
-                pi += 1;
-                ni += 1;
-            }
-            _ => match star {
-                Some((sp, sn)) => {
-                    pi = sp + 1;
-                    ni = sn + 1;
-                    star = Some((sp, sn + 1));
-                }
-                None => return false,
-            },
-        }
-    }
-    p[pi..].iter().all(|&c| c == '*')
+    crate::glob::glob_match(pattern, name, crate::glob::Options::NAMES)
 }
 
 /// Whether an object in `object_namespace` with `source_namespaces` may serve an Application (or
@@ -131,10 +107,11 @@ mod tests {
     }
 
     #[test]
-    fn glob_worst_case_is_bounded() {
+    fn glob_worst_case_is_bounded_and_a_star_stays_out_of_paths() {
         let pattern = "*a".repeat(50);
         let name = "a".repeat(63) + "b";
         assert!(!glob_match(&pattern, &name));
+        assert!(!glob_match("team-*", "team-x/../capstan-system"));
     }
 
     #[test]

@@ -11,9 +11,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::glob::Glob;
 use super::paths;
 use super::{objects_from_documents, yaml, AppLocation, DirectoryOptions, Limits, RenderError, RenderRequest};
+use crate::glob::{Glob, Options};
 
 /// Which files of the application directory are manifests. Pure.
 pub struct FileFilter {
@@ -28,7 +28,7 @@ impl FileFilter {
             if p.is_empty() {
                 return Ok(None);
             }
-            Glob::new(p)
+            Glob::new(p, Options::ARGO_DIRECTORY)
                 .map(Some)
                 .map_err(|e| RenderError::InvalidSpec(format!("directory.{what}: {e}")))
         };

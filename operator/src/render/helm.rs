@@ -15,10 +15,10 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::glob::Glob;
 use super::paths::{self, AbsolutePaths};
 use super::process::{self, PrivateDir};
 use super::{AppLocation, HelmOptions, RenderError, RenderRequest};
+use crate::glob::{Glob, Options};
 
 /// The inputs of one `helm template` run, with every path already resolved. Pure data.
 #[derive(Clone, Debug, PartialEq)]
@@ -153,7 +153,8 @@ fn glob_value_files(location: &AppLocation, raw: &str, limits: &super::Limits) -
     let segments: Vec<&str> = pattern.split('/').collect();
     let fixed: Vec<&str> = segments.iter().take_while(|s| !has_glob_meta(s)).copied().collect();
     let base = location.root.join(fixed.join("/"));
-    let glob = Glob::new(&pattern).map_err(|e| RenderError::InvalidSpec(format!("helm.valueFiles {raw:?}: {e}")))?;
+    let glob = Glob::new(&pattern, Options::PATH_WITH_BRACES)
+        .map_err(|e| RenderError::InvalidSpec(format!("helm.valueFiles {raw:?}: {e}")))?;
     let mut matches = Vec::new();
     let mut stack = vec![(base, fixed.len())];
     let mut seen = 0usize;

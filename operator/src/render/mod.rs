@@ -15,7 +15,6 @@
 pub mod cache;
 pub mod detect;
 pub mod directory;
-pub mod glob;
 pub mod helm;
 pub mod kustomize;
 pub mod paths;

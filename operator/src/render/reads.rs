@@ -19,9 +19,9 @@
 
 use std::path::Path;
 
-use super::glob::Glob;
 use super::paths::{self, AbsolutePaths};
 use super::{helm, kustomize, AppLocation, RenderError, RenderRequest, Tool};
+use crate::glob::{Glob, Options};
 
 /// More read paths than this and the set is uncertain (a bound on the per-commit matching work).
 pub const MAX_READ_PATHS: usize = 512;
@@ -137,7 +137,8 @@ fn annotation_paths(annotation: &str, app_path: &str) -> Result<Vec<ReadPattern>
         let joined = paths::join_lexically(&app, raw, AbsolutePaths::RootRelative)?;
         let path = normalize(&joined.to_string_lossy());
         if raw.contains(['*', '?', '[', '{']) {
-            let glob = Glob::new(&path).map_err(RenderError::InvalidPath)?;
+            let glob =
+                Glob::new(&path, Options::ARGO_DIRECTORY).map_err(|e| RenderError::InvalidPath(e.to_string()))?;
             out.push(ReadPattern::Glob(glob));
         } else {
             out.push(ReadPattern::Path(path));

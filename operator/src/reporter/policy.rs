@@ -99,10 +99,10 @@ pub fn random_unit() -> f64 {
 
 pub use crate::controllers::random_u64;
 
-/// Whether `pattern` (`*` any run, `?` one character) matches `text` entirely (the same matcher as
-/// known_hosts patterns).
+/// Whether the namespace pattern `pattern` (`*` any run, `?` one character) matches `text` entirely:
+/// the code base's one glob matcher, in which no wildcard matches `/`.
 pub fn glob_match(pattern: &str, text: &str) -> bool {
-    crate::source::known_hosts::wildcard_match(pattern, text)
+    crate::glob::glob_match(pattern, text, crate::glob::Options::NAMES)
 }
 
 #[cfg(test)]
@@ -188,6 +188,8 @@ mod tests {
             ("*-prod", "eu-prod", true),
             ("prod", "prod-1", false),
             ("*a*b", "xaxxb", true),
+            ("team-*", "team-x/../capstan-system", false),
+            ("*", "a/b", false),
         ] {
             assert_eq!(glob_match(p, t), want, "{p} {t}");
         }

@@ -11,6 +11,8 @@ use base64::Engine;
 use hmac::{Hmac, Mac};
 use sha1::Sha1;
 
+use crate::glob::{glob_match, Options};
+
 /// Upper bound on the known_hosts content we parse.
 const MAX_KNOWN_HOSTS_BYTES: usize = 1 << 20;
 
@@ -134,27 +136,10 @@ fn hashed_matches(hashed: &str, name: &str) -> bool {
     mac.verify_slice(&hash).is_ok()
 }
 
-/// OpenSSH pattern matching: `*` any run, `?` one character. Iterative, no recursion blow-up.
-pub(crate) fn wildcard_match(pattern: &str, text: &str) -> bool {
-    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
-    let (mut pi, mut ti) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while ti < t.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
-            pi += 1;
-            ti += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some((pi, ti));
-            pi += 1;
-        } else if let Some((sp, st)) = star {
-            pi = sp + 1;
-            ti = st + 1;
-            star = Some((sp, st + 1));
-        } else {
-            return false;
-        }
-    }
-    p[pi..].iter().all(|c| *c == '*')
+/// OpenSSH host patterns: `*` any run, `?` one character, the rest literal (brackets included, so
+/// `[host]:port` names match) — the code base's one glob matcher with [`Options::NAMES`].
+fn wildcard_match(pattern: &str, text: &str) -> bool {
+    glob_match(pattern, text, Options::NAMES)
 }
 
 #[cfg(test)]
@@ -207,10 +192,10 @@ mod tests {
     }
 
     #[test]
-    fn wildcard_is_linear() {
+    fn host_patterns_match_bracketed_ports_literally() {
         assert!(wildcard_match("a*b*c", "axxbyyc"));
         assert!(!wildcard_match("a*b*c", "axxbyy"));
-        let long = "a".repeat(5000);
-        assert!(!wildcard_match(&"*a".repeat(50).replace("aa", "a"), &(long + "b")));
+        assert!(wildcard_match("[*.example.com]:2222", "[git.example.com]:2222"));
+        assert!(!wildcard_match("[*.example.com]:2222", "[git.example.com]:22"));
     }
 }

@@ -28,6 +28,7 @@ use crate::appset::error::AppSetError;
 use crate::appset::params::{flatten, normalize_numbers, sanitize_name, ParamSet};
 use crate::appset::template::funcs::{path_base, path_dir};
 use crate::appset::yaml;
+use crate::glob::{glob_match, Glob, Options};
 use crate::text::truncate;
 
 /// One repository tree at one resolved revision. Paths are relative to the repository root,
@@ -355,139 +356,21 @@ fn file_params(object: ParamSet, file: &str, prefix: Option<&str>, go: bool) -> 
 /// Go's `path.Match`: `*` matches any run of non-`/` characters, `?` one non-`/` character,
 /// `[...]` a class (`^` negates), `\` escapes. A malformed pattern is an error.
 pub fn path_match(pattern: &str, name: &str) -> Result<bool, String> {
-    glob(pattern, name, false)
+    Glob::new(pattern, Options::PATH)
+        .map(|g| g.matches(name))
+        .map_err(|e| e.to_string())
 }
 
 /// `git ls-files -- <pattern>` matching (no pathspec magic): a pattern without wildcards names
 /// a file or a directory prefix; otherwise `fnmatch` without `FNM_PATHNAME`, so `*` and `?`
-/// also match `/`.
+/// also match `/` (the shared matcher's named [`Options::GIT_PATHSPEC`], Argo CD's default).
 pub fn pathspec_match(pattern: &str, name: &str) -> bool {
     let pattern = pattern.strip_prefix("./").unwrap_or(pattern);
     if !pattern.contains(['*', '?', '[', '\\']) {
         let dir = pattern.trim_end_matches('/');
         return name == dir || name.starts_with(&format!("{dir}/"));
     }
-    glob(pattern, name, true).unwrap_or(false)
-}
-
-/// Iterative glob matching with single-star backtracking (linear space, bounded work).
-fn glob(pattern: &str, name: &str, star_crosses_slash: bool) -> Result<bool, String> {
-    let p: Vec<char> = pattern.chars().collect();
-    let t: Vec<char> = name.chars().collect();
-    let (mut pi, mut ti) = (0usize, 0usize);
-    let mut backtrack: Option<(usize, usize)> = None;
-    let mut steps = 0usize;
-    let max_steps = (p.len() + 1).saturating_mul(t.len() + 1).saturating_mul(4).max(1024);
-    loop {
-        steps += 1;
-        if steps > max_steps {
-            return Ok(false);
-        }
-        if pi < p.len() && p[pi] == '*' {
-            while pi < p.len() && p[pi] == '*' {
-                pi += 1;
-            }
-            backtrack = Some((pi, ti));
-            continue;
-        }
-        if ti == t.len() && pi == p.len() {
-            return Ok(true);
-        }
-        if ti < t.len() && pi < p.len() {
-            if let Some(next) = match_one(&p, pi, t[ti], star_crosses_slash)? {
-                pi = next;
-                ti += 1;
-                continue;
-            }
-        }
-        // Mismatch: let the last star swallow one more character, if it may.
-        match backtrack {
-            Some((bp, bt)) if bt < t.len() && (star_crosses_slash || t[bt] != '/') => {
-                backtrack = Some((bp, bt + 1));
-                pi = bp;
-                ti = bt + 1;
-            }
-            _ => {
-                // Go reports a malformed pattern even when matching fails early.
-                validate_rest(&p, pi)?;
-                return Ok(false);
-            }
-        }
-    }
-}
-
-/// Matches one pattern element at `pi` against `c`; `Some(next pattern index)` on a match.
-fn match_one(p: &[char], pi: usize, c: char, any_slash: bool) -> Result<Option<usize>, String> {
-    match p[pi] {
-        '?' => Ok((any_slash || c != '/').then_some(pi + 1)),
-        '[' => {
-            let (matched, next) = match_class(p, pi, c)?;
-            Ok((matched && (any_slash || c != '/')).then_some(next))
-        }
-        '\\' => {
-            let escaped = *p.get(pi + 1).ok_or("syntax error in pattern")?;
-            Ok((escaped == c).then_some(pi + 2))
-        }
-        literal => Ok((literal == c).then_some(pi + 1)),
-    }
-}
-
-/// A `[...]` class at `open`; returns whether `c` is in it and the index after `]`.
-fn match_class(p: &[char], open: usize, c: char) -> Result<(bool, usize), String> {
-    let mut i = open + 1;
-    let negated = matches!(p.get(i), Some('^' | '!'));
-    if negated {
-        i += 1;
-    }
-    let mut matched = false;
-    let mut first = true;
-    loop {
-        let lo = *p.get(i).ok_or("syntax error in pattern")?;
-        if lo == ']' && !first {
-            return Ok((matched != negated, i + 1));
-        }
-        first = false;
-        let (lo, after) = class_char(p, i)?;
-        i = after;
-        let hi = if p.get(i) == Some(&'-') && p.get(i + 1).is_some_and(|c| *c != ']') {
-            let (hi, after) = class_char(p, i + 1)?;
-            i = after;
-            hi
-        } else {
-            lo
-        };
-        if lo <= c && c <= hi {
-            matched = true;
-        }
-    }
-}
-
-fn class_char(p: &[char], i: usize) -> Result<(char, usize), String> {
-    match p.get(i) {
-        Some('\\') => p
-            .get(i + 1)
-            .map(|c| (*c, i + 2))
-            .ok_or_else(|| "syntax error in pattern".to_owned()),
-        Some(c) => Ok((*c, i + 1)),
-        None => Err("syntax error in pattern".to_owned()),
-    }
-}
-
-/// Checks the classes and escapes of the pattern's remainder for syntax errors.
-fn validate_rest(p: &[char], mut i: usize) -> Result<(), String> {
-    while i < p.len() {
-        i = match p[i] {
-            '[' => match_class(p, i, '\0')?.1,
-            '\\' => {
-                if i + 1 >= p.len() {
-                    return Err("syntax error in pattern".to_owned());
-                }
-                i + 2
-            }
-            _ => i + 1,
-        };
-    }
-    Ok(())
+    glob_match(pattern, name, Options::GIT_PATHSPEC)
 }
 
 /// The `(repoURL, revision)` pairs a set's Git generators name literally (templated ones, inside
