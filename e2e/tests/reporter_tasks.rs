@@ -1,7 +1,7 @@
 //! SaaS tasks end to end: the hub enqueues, the reporter long-polls and carries each task out through the
 //! Kubernetes API as a user would, and the operator (with a PolicySet) decides. A task for a namespace not in
-//! `tasks.namespaces` is rejected; a sync denied by a PolicySet fails with the policy's message; a task
-//! delivered again while it runs is carried out once.
+//! `tasks.namespaces`, or whose target is not a namespace and an object name, is rejected; a sync denied by
+//! a PolicySet fails with the policy's message; a task delivered again while it runs is carried out once.
 
 use std::time::Duration;
 
@@ -62,7 +62,7 @@ async fn tasks_are_rejected_denied_or_carried_out_once() {
     let agent = "tasks-agent";
     let settings = vec![
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "capstan-reporter", "namespace": OPERATOR_NAMESPACE},
-               "data": {"url": hub.url(), "agentId": agent, "tasks.namespaces": env.ns}}),
+               "data": {"url": hub.url(), "agentId": agent, "tasks.namespaces": format!("{}*", env.ns)}}),
         json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "capstan-reporter", "namespace": OPERATOR_NAMESPACE},
                "stringData": {"token": hub.token()}}),
         json!({"apiVersion": "capstan.dev/v1alpha1", "kind": "PolicySet", "metadata": {"name": "labels", "namespace": env.ns},
@@ -95,6 +95,13 @@ async fn tasks_are_rejected_denied_or_carried_out_once() {
         .enqueue_task(agent, "sync", &env.ns, "bad", json!({"prune": true}))
         .await;
     let good = hub.enqueue_task(agent, "sync", &env.ns, "good", json!({})).await;
+    // Matches the `<ns>*` glob as text, but is no namespace name: an API path would take it for the
+    // operator namespace.
+    let climbing = format!("{}/../{OPERATOR_NAMESPACE}", env.ns);
+    let traversal = hub.enqueue_task(agent, "refresh", &climbing, "good", json!({})).await;
+    let odd_name = hub
+        .enqueue_task(agent, "refresh", &env.ns, "good/status", json!({}))
+        .await;
 
     let rejected = wait_task(&hub, &elsewhere).await;
     assert_eq!(rejected["state"], "rejected", "{rejected}");
@@ -102,6 +109,11 @@ async fn tasks_are_rejected_denied_or_carried_out_once() {
         rejected["message"].as_str().unwrap().contains("tasks.namespaces"),
         "{rejected}"
     );
+    for (id, field) in [(&traversal, "target.namespace"), (&odd_name, "target.name")] {
+        let refused = wait_task(&hub, id).await;
+        assert_eq!(refused["state"], "rejected", "{refused}");
+        assert!(refused["message"].as_str().unwrap().contains(field), "{refused}");
+    }
 
     let failed = wait_task(&hub, &denied).await;
     assert_eq!(failed["state"], "failed", "{failed}");

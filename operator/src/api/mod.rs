@@ -9,6 +9,7 @@ pub mod application_set;
 pub mod cluster;
 pub mod conditions;
 pub mod labels;
+pub mod names;
 pub mod policy_set;
 pub mod repository;
 pub mod schema;

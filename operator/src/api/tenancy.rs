@@ -68,7 +68,7 @@ pub fn validate_service_account_name(name: &str) -> Result<(), String> {
 }
 
 /// The CRD's pattern for `serviceAccountName` (same rule as [`validate_service_account_name`]).
-pub const SERVICE_ACCOUNT_NAME_REGEX: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+pub const SERVICE_ACCOUNT_NAME_REGEX: &str = super::names::DNS1123_LABEL_REGEX;
 
 #[cfg(test)]
 mod tests {

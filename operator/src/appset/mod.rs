@@ -244,12 +244,7 @@ fn apply_template_patch(app: &mut Value, text: &str) -> Result<(), AppSetError> 
 
 /// A generated name must be a DNS-1123 subdomain, as the API server will require.
 fn validate_name(name: &str) -> Result<(), AppSetError> {
-    let valid_chars = name
-        .chars()
-        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.');
-    let valid_ends =
-        name.starts_with(|c: char| c.is_ascii_alphanumeric()) && name.ends_with(|c: char| c.is_ascii_alphanumeric());
-    if name.is_empty() || name.len() > 253 || !valid_chars || !valid_ends {
+    if !crate::api::names::is_dns1123_subdomain(name) {
         return Err(AppSetError::InvalidApplication(format!(
             "name {:?} is not a valid DNS-1123 subdomain",
             crate::text::truncate(name, 100)

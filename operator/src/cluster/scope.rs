@@ -53,7 +53,7 @@ impl WatchScope {
         if listed.is_empty() {
             return Ok(WatchScope::Cluster);
         }
-        if let Some(bad) = listed.iter().find(|n| !is_dns_label(n)) {
+        if let Some(bad) = listed.iter().find(|n| !crate::api::names::is_dns1123_label(n)) {
             return Err(format!(
                 "{bad:?} is not a namespace name (a DNS label: lowercase letters, digits and '-', at most 63)"
             ));
@@ -89,16 +89,6 @@ impl WatchScope {
             WatchScope::Namespaces(list) => list.iter().cloned().collect::<Vec<_>>().join(", "),
         }
     }
-}
-
-fn is_dns_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        && b[0] != b'-'
-        && b[b.len() - 1] != b'-'
 }
 
 /// A merged watcher event stream.

@@ -3,7 +3,8 @@
 //! for sync and rollback, the `capstan.dev/refresh` annotation for refresh, the status phase
 //! `Terminating` for terminate — so RBAC, PolicySets, `suspend` and the rollback rules still decide.
 //!
-//! A task whose namespace is not in `tasks.namespaces` is rejected without touching the cluster.
+//! A task whose target is not a namespace and an object name, or whose namespace is not in
+//! `tasks.namespaces`, is rejected without touching the cluster ([`check_target`]).
 //! Tasks are idempotent by id: the id is written into `operation.info` (`capstanTaskId`) and kept in a
 //! bounded memory of recent ids, so a task delivered twice is carried out once and its result posted
 //! again.
@@ -16,9 +17,10 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{json, Value};
 
 use super::sender::Outcome;
-use super::wire::{PlainAnswer, Task, TaskResult, TasksAnswer};
+use super::wire::{PlainAnswer, Task, TaskResult, TaskTarget, TasksAnswer};
 use super::{Endpoint, Shared};
 use crate::api::labels::{REFRESH_ANNOTATION, REFRESH_HARD, REFRESH_NORMAL};
+use crate::api::names::{is_dns1123_label, is_dns1123_subdomain};
 use crate::controllers::{lock, Shutdown};
 
 /// Long-poll wait asked of the receiver.
@@ -198,15 +200,38 @@ fn applications(shared: &Shared, namespace: &str) -> Api<DynamicObject> {
     Api::namespaced_with(shared.ctx.client.clone(), namespace, &ar)
 }
 
+/// Whether the receiver may have the agent act on `target`: a namespace name (a DNS-1123 label) that
+/// `allowed` (`tasks.namespaces`) lists and an object name (a DNS-1123 subdomain). Both become segments of
+/// an API path, so anything else (`team-x/../capstan-system`, `a?watch=1`) is refused before any use. Pure.
+pub fn check_target(target: &TaskTarget, allowed: impl Fn(&str) -> bool) -> Result<(), String> {
+    let (ns, name) = (&target.namespace, &target.name);
+    let shown = |s: &str| crate::text::truncate(s, 100);
+    if !is_dns1123_label(ns) {
+        return Err(format!(
+            "target.namespace {:?} is not a namespace name (a DNS-1123 label)",
+            shown(ns)
+        ));
+    }
+    if !is_dns1123_subdomain(name) {
+        return Err(format!(
+            "target.name {:?} is not an Application name (a DNS-1123 subdomain)",
+            shown(name)
+        ));
+    }
+    if !allowed(ns) {
+        return Err(format!(
+            "namespace {ns:?} is not in tasks.namespaces of ConfigMap capstan-reporter"
+        ));
+    }
+    Ok(())
+}
+
 /// Carries `task` out and says how it went.
 async fn carry_out(shared: &Shared, endpoint: &Endpoint, task: &Task) -> TaskResult {
-    let (ns, name) = (&task.target.namespace, &task.target.name);
-    if !endpoint.settings.task_allowed(ns) {
-        return result(
-            "rejected",
-            format!("namespace {ns:?} is not in tasks.namespaces of ConfigMap capstan-reporter"),
-        );
+    if let Err(why) = check_target(&task.target, |ns| endpoint.settings.task_allowed(ns)) {
+        return result("rejected", why);
     }
+    let (ns, name) = (&task.target.namespace, &task.target.name);
     let api = applications(shared, ns);
     let app = match api.get_opt(name).await {
         Ok(Some(app)) => app,
@@ -366,7 +391,6 @@ pub fn refusal(status: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reporter::wire::TaskTarget;
 
     fn task(type_: &str, args: Value) -> Task {
         Task {
@@ -388,6 +412,34 @@ mod tests {
         let rb = operation_for(&task("rollback", json!({"id": 3}))).unwrap();
         assert_eq!(rb["rollback"]["id"], 3);
         assert!(operation_for(&task("rollback", json!({}))).is_err());
+    }
+
+    #[test]
+    fn targets_are_names_before_any_use() {
+        let allowed = |ns: &str| crate::reporter::policy::glob_match("team-*", ns);
+        let target = |namespace: &str, name: &str| TaskTarget {
+            namespace: namespace.into(),
+            name: name.into(),
+        };
+        assert_eq!(check_target(&target("team-a", "web"), allowed), Ok(()));
+        assert_eq!(check_target(&target("team-a", "web.v2"), allowed), Ok(()));
+        for (ns, name, field) in [
+            ("team-x/../capstan-system", "web", "target.namespace"),
+            ("team-a/../../apis", "web", "target.namespace"),
+            ("team-", "web", "target.namespace"),
+            ("Team-A", "web", "target.namespace"),
+            ("", "web", "target.namespace"),
+            ("team-a", "../../secrets/x", "target.name"),
+            ("team-a", "web?dryRun=All", "target.name"),
+            ("team-a", "web/status", "target.name"),
+            ("team-a", "", "target.name"),
+            ("team-a", &"a".repeat(254), "target.name"),
+        ] {
+            let why = check_target(&target(ns, name), allowed).unwrap_err();
+            assert!(why.starts_with(field), "{ns:?}/{name:?}: {why}");
+        }
+        let why = check_target(&target("shop", "web"), allowed).unwrap_err();
+        assert!(why.contains("tasks.namespaces"), "{why}");
     }
 
     #[test]
