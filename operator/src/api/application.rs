@@ -404,11 +404,15 @@ pub struct KustomizeReplica {
 }
 
 /// Options for Helm (`helm template`).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ApplicationSourceHelm {
-    /// Release name; defaults to the Application's name.
+    /// Release name; defaults to the Application's name (also when empty). Helm's rule: a DNS-1123 subdomain
+    /// of at most 53 characters (it is a positional argument of `helm template`, so nothing else may pass).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 53))]
+    #[x_kube(validation = Rule::new("self == '' || self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')")
+        .message("releaseName must be a Helm release name: a DNS-1123 subdomain of at most 53 characters"))]
     pub release_name: Option<String>,
 
     /// Values files, relative to the chart directory and confined to the repository.

@@ -6,7 +6,8 @@
 /// The CRD pattern of a DNS-1123 label (same rule as [`is_dns1123_label`], without the length).
 pub const DNS1123_LABEL_REGEX: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
 /// The CRD pattern of a DNS-1123 subdomain (same rule as [`is_dns1123_subdomain`], without the length).
-pub const DNS1123_SUBDOMAIN_REGEX: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+/// (`[.]` rather than `\.`: the pattern also sits in a CEL string, where `\.` is no valid escape.)
+pub const DNS1123_SUBDOMAIN_REGEX: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
 /// Longest DNS-1123 label.
 pub const MAX_LABEL_LEN: usize = 63;
 /// Longest DNS-1123 subdomain.
@@ -70,7 +71,7 @@ mod tests {
             assert_eq!(subdomain.is_match(s), *is_subdomain, "subdomain pattern {s:?}");
         }
         assert!(is_dns1123_label(&"a".repeat(63)) && !is_dns1123_label(&"a".repeat(64)));
-        let long = ["a".repeat(63); 4].join(".");
+        let long = vec!["a".repeat(63); 4].join(".");
         assert_eq!(long.len(), 255);
         assert!(!is_dns1123_subdomain(&long) && is_dns1123_subdomain(&long[2..]));
         assert!(

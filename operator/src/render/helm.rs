@@ -10,85 +10,15 @@
 //! checkout root (as in Argo CD), URLs are refused, and the chart's own files were vetted by the
 //! repository-wide symlink check before this runs.
 
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use super::argv::{self, TemplateArgs};
 use super::paths::{self, AbsolutePaths};
 use super::process::{self, PrivateDir};
 use super::{AppLocation, HelmOptions, RenderError, RenderRequest};
 use crate::glob::{Glob, Options};
-
-/// The inputs of one `helm template` run, with every path already resolved. Pure data.
-#[derive(Clone, Debug, PartialEq)]
-pub struct TemplateArgs {
-    pub release_name: String,
-    pub namespace: String,
-    pub chart_dir: PathBuf,
-    pub value_files: Vec<PathBuf>,
-    /// The file holding `values`/`valuesObject`, if any.
-    pub inline_values_file: Option<PathBuf>,
-    /// `(name, resolved path)` for `--set-file`.
-    pub file_parameters: Vec<(String, PathBuf)>,
-}
-
-/// Builds the argv for `helm template`. Pure.
-pub fn template_argv(options: &HelmOptions, args: &TemplateArgs) -> Vec<OsString> {
-    let mut argv: Vec<OsString> = vec![
-        "template".into(),
-        args.release_name.clone().into(),
-        args.chart_dir.clone().into(),
-    ];
-    if !args.namespace.is_empty() {
-        argv.extend(["--namespace".into(), args.namespace.clone().into()]);
-    }
-    if !options.kube_version.is_empty() {
-        argv.extend(["--kube-version".into(), options.kube_version.clone().into()]);
-    }
-    for api in &options.api_versions {
-        argv.extend(["--api-versions".into(), api.into()]);
-    }
-    for file in args.value_files.iter().chain(args.inline_values_file.iter()) {
-        argv.extend(["--values".into(), file.clone().into_os_string()]);
-    }
-    for p in &options.parameters {
-        let flag = if p.force_string { "--set-string" } else { "--set" };
-        argv.extend([flag.into(), format!("{}={}", p.name, clean_set_value(&p.value)).into()]);
-    }
-    for (name, path) in &args.file_parameters {
-        let mut arg = OsString::from(format!("{name}="));
-        arg.push(path);
-        argv.extend(["--set-file".into(), arg]);
-    }
-    argv.push(
-        if options.skip_crds {
-            "--skip-crds"
-        } else {
-            "--include-crds"
-        }
-        .into(),
-    );
-    argv
-}
-
-/// Argo CD's `cleanSetParameters`: escape unescaped commas unless the value is a `{list}`, so a
-/// value with commas stays one value. Pure.
-pub fn clean_set_value(value: &str) -> String {
-    if value.starts_with('{') && value.ends_with('}') {
-        return value.to_string();
-    }
-    let mut out = String::with_capacity(value.len());
-    let mut previous = None;
-    for c in value.chars() {
-        if c == ',' && previous != Some('\\') {
-            out.push('\\');
-        }
-        out.push(c);
-        previous = Some(c);
-    }
-    out
-}
 
 /// The YAML for `--values <inline file>`: `valuesObject` if set, else `values`. Pure.
 pub fn inline_values(options: &HelmOptions) -> Option<String> {
@@ -229,6 +159,8 @@ pub fn resolve_file_parameters(
 /// Renders a Helm application.
 pub async fn render(req: &RenderRequest, location: &AppLocation) -> Result<Vec<Value>, RenderError> {
     let options = req.source.helm.clone().unwrap_or_default();
+    // The user's fields first: a refused name must not cost a file read.
+    argv::check_helm(&options, &req.app_name, &req.destination_namespace)?;
     let private = PrivateDir::new()?;
     let (value_files, file_parameters) = {
         let (location, options, limits) = (location.clone(), options.clone(), req.limits.clone());
@@ -249,22 +181,15 @@ pub async fn render(req: &RenderRequest, location: &AppLocation) -> Result<Vec<V
         None => None,
     };
     let args = TemplateArgs {
-        release_name: if options.release_name.is_empty() {
-            req.app_name.clone()
-        } else {
-            options.release_name.clone()
-        },
-        namespace: if options.namespace.is_empty() {
-            req.destination_namespace.clone()
-        } else {
-            options.namespace.clone()
-        },
+        release_name: argv::release_name(&options, &req.app_name),
+        namespace: argv::helm_namespace(&options, &req.destination_namespace),
         chart_dir: location.app_dir.clone(),
         value_files,
         inline_values_file,
         file_parameters,
     };
-    let command = (req.binaries.helm.clone(), template_argv(&options, &args));
+    let argv = argv::helm_template(&options, &args, &req.app_name, &req.destination_namespace)?;
+    let command = (req.binaries.helm.clone(), argv);
     process::render_objects("helm template", command, &private, &location.root, req).await
 }
 
@@ -306,62 +231,6 @@ mod tests {
 
     fn data(objects: &[Value]) -> Value {
         objects.iter().find(|o| o["kind"] == "ConfigMap").unwrap()["data"].clone()
-    }
-
-    #[test]
-    fn argv_and_set_escaping() {
-        let options = HelmOptions {
-            parameters: vec![
-                HelmParameter {
-                    name: "x".into(),
-                    value: "a,b".into(),
-                    force_string: false,
-                },
-                HelmParameter {
-                    name: "y".into(),
-                    value: "{1,2}".into(),
-                    force_string: true,
-                },
-            ],
-            api_versions: vec!["foo/v1".into()],
-            ..Default::default()
-        };
-        let args = TemplateArgs {
-            release_name: "r".into(),
-            namespace: "ns".into(),
-            chart_dir: "/c".into(),
-            value_files: vec!["/c/v.yaml".into()],
-            inline_values_file: Some("/t/i.yaml".into()),
-            file_parameters: vec![("f".into(), "/c/f.txt".into())],
-        };
-        let argv: Vec<String> = template_argv(&options, &args)
-            .into_iter()
-            .map(|a| a.into_string().unwrap())
-            .collect();
-        assert_eq!(
-            argv,
-            [
-                "template",
-                "r",
-                "/c",
-                "--namespace",
-                "ns",
-                "--api-versions",
-                "foo/v1",
-                "--values",
-                "/c/v.yaml",
-                "--values",
-                "/t/i.yaml",
-                "--set",
-                "x=a\\,b",
-                "--set-string",
-                "y={1,2}",
-                "--set-file",
-                "f=/c/f.txt",
-                "--include-crds"
-            ]
-        );
-        assert_eq!(clean_set_value("a\\,b,c"), "a\\,b\\,c");
     }
 
     #[test]

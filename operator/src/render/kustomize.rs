@@ -17,7 +17,6 @@
 //! `--enable-exec` or `--enable-helm`.
 
 use std::collections::{HashSet, VecDeque};
-use std::ffi::OsString;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -772,14 +771,6 @@ fn prepare(req: &RenderRequest, location: &AppLocation, work: &Path) -> Result<P
     Ok(Prepared { build_dir })
 }
 
-/// The argv after the program: `<args> DIR --load-restrictor LoadRestrictionsRootOnly`. Pure.
-pub fn build_argv(prefix: &[String], dir: &Path) -> Vec<OsString> {
-    let mut argv: Vec<OsString> = prefix.iter().map(OsString::from).collect();
-    argv.push(dir.as_os_str().to_os_string());
-    argv.extend(["--load-restrictor".into(), "LoadRestrictionsRootOnly".into()]);
-    argv
-}
-
 /// Renders a Kustomize application.
 pub async fn render(req: &RenderRequest, location: &AppLocation) -> Result<Vec<Value>, RenderError> {
     let private = PrivateDir::new()?;
@@ -788,7 +779,10 @@ pub async fn render(req: &RenderRequest, location: &AppLocation) -> Result<Vec<V
         super::blocking(move || prepare(&req, &location, &work)).await?
     };
     let binary = &req.binaries.kustomize;
-    let command = (binary.program.clone(), build_argv(&binary.args, &prepared.build_dir));
+    let command = (
+        binary.program.clone(),
+        super::argv::kustomize_build(binary, &prepared.build_dir)?,
+    );
     process::render_objects("kustomize build", command, &private, &location.root, req).await
 }
 

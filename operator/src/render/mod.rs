@@ -5,6 +5,8 @@
 //! - [`detect`] picks the tool (explicit options win, then `Chart.yaml` / `kustomization.*`);
 //! - [`directory`], [`kustomize`], [`helm`] render; Kustomize and Helm run as subprocesses
 //!   through [`process`] (timeout, process-group kill, output cap, minimal environment);
+//! - [`argv`] is the one place a tool's command line is built, with the rules that keep every field a
+//!   user controls from becoming an option;
 //! - [`paths`] confines every repository-supplied path to the checkout;
 //! - [`yaml`] is the one Kubernetes YAML profile every renderer parses with;
 //! - [`cache`] memoizes results under a SHA-256 of every render input.
@@ -12,6 +14,7 @@
 //! Option structs here mirror Argo CD's `ApplicationSource{Directory,Kustomize,Helm}` fields as
 //! plain data so this module does not depend on the CRD types; the controller maps them.
 
+pub mod argv;
 pub mod cache;
 pub mod detect;
 pub mod directory;
@@ -514,7 +517,7 @@ impl Renderer {
             Tool::Helm => (
                 format!("helm:{:?}", req.binaries.helm),
                 req.binaries.helm.clone(),
-                vec!["version".to_string(), "--short".to_string()],
+                argv::helm_version(),
             ),
             Tool::Kustomize => {
                 let k = &req.binaries.kustomize;

@@ -29,6 +29,7 @@ use crate::controllers::git_access::{credentials, fetch, matching_repository};
 use crate::controllers::notifier::{owner_key, url_key};
 use crate::controllers::repository::sanitize;
 use crate::controllers::Context;
+use crate::render::argv;
 use crate::render::reads::{self, ReadSet, Verdict};
 use crate::render::{
     DirectoryOptions, HelmFileParameter, HelmOptions, HelmParameter, KustomizeOptions, KustomizePatch,
@@ -65,6 +66,7 @@ pub async fn resolve(
 ) -> Result<Resolved, Problem> {
     let rev =
         Revision::parse(revision).map_err(|e| Problem::invalid_spec("InvalidSpec", format!("targetRevision: {e}")))?;
+    check_tool_fields(app, source)?;
     let Access { url, repo, creds } = access(ctx, state, app, source).await?;
     let problem = |e: SourceError| Problem::from_source(&e, sanitize(&creds, &e.to_string()));
     let key = (url_key(&source.repo_url).unwrap_or_default(), rev.as_str().to_string());
@@ -99,6 +101,14 @@ pub async fn resolve(
         commit: commit.sha().to_string(),
         checkout,
     })
+}
+
+/// The fields of `source` that reach a render tool's command line follow the tool's rules
+/// (`render::argv`), checked before anything is fetched so a refused field costs nothing.
+fn check_tool_fields(app: &Application, source: &ApplicationSource) -> Result<(), Problem> {
+    let destination_namespace = app.spec.destination.namespace.as_deref().unwrap_or_default();
+    argv::check_source(&source_options(source), &app.name_any(), destination_namespace)
+        .map_err(|e| Problem::from_render(&e))
 }
 
 /// How `app` reaches `source`'s repository: the URL, the Repository that serves it (if any) and the
