@@ -51,6 +51,10 @@ fn bootstrap_at(cluster: &TestCluster, url: &str, path: &str, extra: &[&str]) ->
     .arg(cluster.kubeconfig_path())
     .args(extra)
     .kill_on_drop(true);
+    // A local repository is only served in the operator namespace, and only by an operator run with the flag.
+    if url.starts_with("file://") {
+        cmd.arg("--allow-local-repositories");
+    }
     cmd
 }
 
@@ -116,6 +120,18 @@ async fn bootstrap_installs_capstan_which_then_manages_itself() {
     let dir = tempfile::tempdir().expect("tmp");
     let url = empty_repo(dir.path());
 
+    // A local repository needs the explicit flag (which the operator is then installed with).
+    let mut unflagged = Command::new(workspace_binary("capstan"));
+    unflagged
+        .args(["bootstrap", "--url", &url, "--image", "capstan:e2e", "--kubeconfig"])
+        .arg(cluster.kubeconfig_path());
+    let refused = unflagged.output().await.expect("capstan bootstrap runs");
+    assert!(
+        !refused.status.success() && String::from_utf8_lossy(&refused.stderr).contains("--allow-local-repositories"),
+        "{}",
+        show(&refused)
+    );
+
     // T1: one commit with exactly the documented tree; the operator takes over.
     let pod = kubelet(&cluster).await;
     let stdout = bootstrapped(&pod, bootstrap_cmd(&cluster, &url, &[])).await;
@@ -153,6 +169,12 @@ async fn bootstrap_installs_capstan_which_then_manages_itself() {
     assert!(
         text(&deploy, "/metadata/annotations/capstan.dev~1tracking-id").starts_with("capstan-system/capstan-system:"),
         "tracked by the self Application"
+    );
+    assert!(
+        deploy["spec"]["template"]["spec"]["containers"][0]["args"]
+            .to_string()
+            .contains("--allow-local-repositories"),
+        "the operator serves its file:// Repository only with the flag"
     );
 
     // T2: a rerun changes nothing: no commit and no write request (the operator is stopped first).

@@ -16,7 +16,8 @@ use capstan::source::credentials::Credentials;
 /// Flags of `capstan bootstrap`.
 #[derive(Debug, clap::Args)]
 pub struct BootstrapArgs {
-    /// The Git repository (`https://`, `ssh://`, `git://`, `http://`, `file://` or a local path).
+    /// The Git repository (`https://`, `ssh://`, `git@host:path`, `git://`, `http://`, or `file://` with
+    /// `--allow-local-repositories`).
     #[arg(long)]
     url: Option<String>,
     /// The branch (created when missing).
@@ -55,6 +56,10 @@ pub struct BootstrapArgs {
     /// Allow plain `git://` and `http://` URLs (loopback daemons in tests).
     #[arg(long)]
     allow_insecure_http: bool,
+    /// Allow a `file://` URL: the operator is then installed with `--allow-local-repositories`, which lets
+    /// Repositories (and Applications) in the operator namespace, and only there, use `file://`.
+    #[arg(long)]
+    allow_local_repositories: bool,
     /// The operator image `REPO[:TAG]` (default: this binary's version).
     #[arg(long)]
     image: Option<String>,
@@ -173,7 +178,7 @@ pub async fn bootstrap(a: BootstrapArgs) -> anyhow::Result<ExitCode> {
         .map(|f| read(f, "--values"))
         .transpose()?
         .unwrap_or_default();
-    let values = Values::parse(&values_text)?;
+    let mut values = Values::parse(&values_text)?;
     if a.export {
         print!(
             "{}",
@@ -185,6 +190,7 @@ pub async fn bootstrap(a: BootstrapArgs) -> anyhow::Result<ExitCode> {
     if (url.starts_with("git://") || url.starts_with("http://")) && !a.allow_insecure_http {
         anyhow::bail!("{url} is not encrypted; pass --allow-insecure-http to use it anyway");
     }
+    local_repositories(&url, a.allow_local_repositories, &mut values)?;
     let _ = rustls::crypto::ring::default_provider().install_default();
     let cluster = connect(&a.kube).await?;
     let opts = Options {
@@ -210,6 +216,22 @@ pub async fn bootstrap(a: BootstrapArgs) -> anyhow::Result<ExitCode> {
         Outcome::Planned => println!("dry run: nothing was written"),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A `file://` URL needs `--allow-local-repositories`, which the operator then runs with (the self Repository
+/// lives in the operator namespace, the only place the operator lets `file://` be used).
+fn local_repositories(url: &str, allowed: bool, values: &mut Values) -> anyhow::Result<()> {
+    const FLAG: &str = "--allow-local-repositories";
+    if !allowed {
+        if url.to_ascii_lowercase().starts_with("file://") {
+            anyhow::bail!("{url} is a local repository; pass {FLAG} to install the operator with {FLAG}");
+        }
+        return Ok(());
+    }
+    if !values.extra_args.iter().any(|a| a == FLAG) {
+        values.extra_args.push(FLAG.to_string());
+    }
+    Ok(())
 }
 
 /// Flags of `capstan uninstall`.

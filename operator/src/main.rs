@@ -12,7 +12,7 @@ use capstan::cluster::{ClusterClients, WatchScope};
 use capstan::controllers::leader::{self, LeaseSettings};
 use capstan::controllers::shard::{self as sharding, Shards};
 use capstan::controllers::{self, parse_duration, Context, ControllerName, ControllerSet, Settings, Shutdown};
-use capstan::source::git::{Git2Source, GitConfig};
+use capstan::source::git::{CheckoutLimits, Git2Source, GitConfig};
 use capstan::telemetry::LogFormat;
 use capstan::{http, metrics::Metrics, webhook};
 use clap::{Parser, Subcommand};
@@ -92,6 +92,17 @@ struct RunArgs {
     /// Directory of the shared git cache.
     #[arg(long, env = "CAPSTAN_CACHE_DIR")]
     cache_dir: Option<PathBuf>,
+    /// Largest checkout (the bytes of every file of a commit's tree); a larger commit is refused before
+    /// anything is written.
+    #[arg(long, default_value_t = CheckoutLimits::default().max_bytes)]
+    max_checkout_bytes: u64,
+    /// Most files (and symlinks) in a checkout; a commit with more is refused before anything is written.
+    #[arg(long, default_value_t = CheckoutLimits::default().max_files)]
+    max_checkout_files: u64,
+    /// Allow `file://` repository URLs for Repositories, Applications and ApplicationSets in the operator
+    /// namespace (tests, demos, a bootstrap from a local repository). Never for other namespaces.
+    #[arg(long)]
+    allow_local_repositories: bool,
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -279,7 +290,7 @@ fn build_context(
     )
     .map_err(|e| anyhow::anyhow!("cluster clients: {e}"))?;
     let client = controllers::context::fenced_client(config.clone(), requests.clone())?;
-    let git = git_source(args.cache_dir.clone(), args.git_timeout);
+    let git = git_source(args);
     let mut ctx = Context::new(client.clone(), settings, Arc::new(git), metrics.clone())
         .with_clusters(Arc::new(clusters))
         .with_fence(fence.clone());
@@ -334,6 +345,7 @@ fn settings_from(args: &RunArgs) -> anyhow::Result<Settings> {
         wave_delay: parse_duration(&args.sync_wave_delay).map_err(|e| anyhow::anyhow!("--sync-wave-delay: {e}"))?,
         watch: WatchScope::parse(&args.watch_namespaces, &args.namespace)
             .map_err(|e| anyhow::anyhow!("--watch-namespaces: {e}"))?,
+        allow_local_repositories: args.allow_local_repositories,
         ..Settings::default()
     })
 }
@@ -367,16 +379,25 @@ async fn join_reporter(
     result.and(stopped)
 }
 
-/// The Git source: clones cached under `cache_dir` (default: the temporary directory's `capstan-git`);
-/// every operation bounded by `--git-timeout`, and connecting and each read by at most 10 s and 15 s of it.
-fn git_source(cache_dir: Option<PathBuf>, git_timeout: Duration) -> Git2Source {
-    let cache_dir = cache_dir.unwrap_or_else(|| std::env::temp_dir().join("capstan-git"));
+/// The Git source: clones cached under `--cache-dir` (default: the temporary directory's `capstan-git`);
+/// every operation bounded by `--git-timeout`, and connecting and each read by at most 10 s and 15 s of it;
+/// checkouts bounded by `--max-checkout-bytes` and `--max-checkout-files`.
+fn git_source(args: &RunArgs) -> Git2Source {
+    let cache_dir = args
+        .cache_dir
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join("capstan-git"));
+    let git_timeout = args.git_timeout;
     Git2Source::new(
         cache_dir,
         GitConfig {
             total_timeout: git_timeout,
             io_timeout: git_timeout.min(Duration::from_secs(15)),
             connect_timeout: git_timeout.min(Duration::from_secs(10)),
+            checkout: CheckoutLimits {
+                max_bytes: args.max_checkout_bytes,
+                max_files: args.max_checkout_files,
+            },
             ..GitConfig::default()
         },
     )

@@ -61,6 +61,9 @@ pub struct Settings {
     pub default_service_account: String,
     /// Where the controllers list and watch (`--watch-namespaces`; the whole cluster by default).
     pub watch: WatchScope,
+    /// `file://` repository URLs for objects in the operator namespace (`--allow-local-repositories`;
+    /// never for other namespaces, see [`crate::source::UrlPolicy`]).
+    pub allow_local_repositories: bool,
 }
 
 /// Default of `--default-service-account`.
@@ -79,6 +82,7 @@ impl Default for Settings {
             sync_timeout: Some(DEFAULT_SYNC_TIMEOUT),
             default_service_account: DEFAULT_SERVICE_ACCOUNT.into(),
             watch: WatchScope::Cluster,
+            allow_local_repositories: false,
         }
     }
 }
@@ -256,6 +260,14 @@ impl Context {
     /// The operator namespace.
     pub fn namespace(&self) -> &str {
         &self.settings.namespace
+    }
+
+    /// Which transports repository URLs may use, per namespace.
+    pub fn url_policy(&self) -> crate::source::UrlPolicy {
+        crate::source::UrlPolicy {
+            operator_namespace: self.settings.namespace.clone(),
+            allow_local: self.settings.allow_local_repositories,
+        }
     }
 
     /// The event recorder (reporter `capstan`); events go to the namespace of the object.

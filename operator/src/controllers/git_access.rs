@@ -64,6 +64,14 @@ pub fn matching_repository(
     }
 }
 
+/// `repo_url` parsed and checked against the URL policy for an object in `ns`: what every controller that
+/// reads Git for an Application or ApplicationSet does first.
+pub fn repo_url(ctx: &Context, repo_url: &str, ns: &str) -> Result<RepoUrl, SourceError> {
+    let url = RepoUrl::parse(repo_url)?;
+    ctx.url_policy().check(&url, ns)?;
+    Ok(url)
+}
+
 /// Reason of a denied use of a shared Repository or Cluster.
 pub const NOT_PERMITTED: &str = "NotPermitted";
 

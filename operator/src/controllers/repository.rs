@@ -204,6 +204,8 @@ pub enum Observation {
     },
     /// The spec cannot work as written.
     Invalid {
+        /// `InvalidSpec`, or the rule that refused it (`TransportNotAllowed`).
+        reason: &'static str,
         /// Sanitized message.
         message: String,
     },
@@ -232,8 +234,8 @@ pub fn next_status(
             mark_not_ready(conds, (reason, message), false, generation, now);
             status.last_error = Some(truncate(message, MAX_MESSAGE_LEN));
         }
-        Observation::Invalid { message } => {
-            mark_not_ready(conds, (REASON_INVALID_SPEC, message), true, generation, now);
+        Observation::Invalid { reason, message } => {
+            mark_not_ready(conds, (reason, message), true, generation, now);
             status.last_error = Some(truncate(message, MAX_MESSAGE_LEN));
         }
         Observation::Template => {
@@ -469,6 +471,16 @@ fn validate(repo: &Repository) -> Result<Validated, String> {
     Ok(Validated { url, key, poll })
 }
 
+/// `url` under the URL policy for the Repository's namespace (a credential template's prefix included:
+/// it supplies credentials only to URLs that may be used there anyway). The error is the status reason
+/// and message.
+fn check_url_policy(ctx: &Context, repo: &Repository, url: &RepoUrl) -> Result<(), (&'static str, String)> {
+    let ns = repo.namespace().unwrap_or_default();
+    ctx.url_policy()
+        .check(url, &ns)
+        .map_err(|e| (e.category(), format!("url: {e}")))
+}
+
 fn validate_proxy_field(repo: &Repository) -> Result<(), String> {
     match repo.spec.proxy.as_deref() {
         Some(p) => crate::source::http::validate_proxy(p).map_err(|e| format!("proxy: {e}")),
@@ -490,8 +502,11 @@ async fn reconcile(repo: &Repository, ctx: &Context, state: &State) -> Result<Ac
 
     let Validated { url, key, poll } = match validate(repo) {
         Ok(v) => v,
-        Err(message) => return invalid_spec(ctx, &api, repo, &message).await,
+        Err(message) => return invalid_spec(ctx, &api, repo, (REASON_INVALID_SPEC, &message)).await,
     };
+    if let Err((reason, message)) = check_url_policy(ctx, repo, &url) {
+        return invalid_spec(ctx, &api, repo, (reason, &message)).await;
+    }
     let object = object_key(repo);
     let (first, forced) = (state.first_reconcile(&object), state.take_forced(&object));
     if !schedule::poll_now(first, forced, freshness(repo)) {
@@ -542,9 +557,15 @@ async fn reconcile(repo: &Repository, ctx: &Context, state: &State) -> Result<Ac
 
 /// An invalid spec: the status says why; the error is permanent (the next change of the spec wakes
 /// the Repository).
-async fn invalid_spec(ctx: &Context, api: &Api<Repository>, repo: &Repository, message: &str) -> Result<Action, Error> {
+async fn invalid_spec(
+    ctx: &Context,
+    api: &Api<Repository>,
+    repo: &Repository,
+    (reason, message): (&'static str, &str),
+) -> Result<Action, Error> {
     let message = sanitize(&Credentials::default(), message);
     let observation = Observation::Invalid {
+        reason,
         message: message.clone(),
     };
     finish(ctx, api, repo, &observation, &[]).await?;
@@ -588,14 +609,17 @@ async fn reconcile_template(
     state: &State,
     api: &Api<Repository>,
 ) -> Result<Action, Error> {
+    let invalid = |message| Observation::Invalid {
+        reason: REASON_INVALID_SPEC,
+        message,
+    };
     let observation = match RepoUrl::parse(&repo.spec.url) {
-        Ok(_) => match validate_proxy_field(repo) {
-            Ok(()) => Observation::Template,
-            Err(message) => Observation::Invalid { message },
+        Ok(url) => match (check_url_policy(ctx, repo, &url), validate_proxy_field(repo)) {
+            (Err((reason, message)), _) => Observation::Invalid { reason, message },
+            (Ok(()), Err(message)) => invalid(message),
+            (Ok(()), Ok(())) => Observation::Template,
         },
-        Err(e) => Observation::Invalid {
-            message: format!("url: {}", sanitize(&Credentials::default(), &e.to_string())),
-        },
+        Err(e) => invalid(format!("url: {}", sanitize(&Credentials::default(), &e.to_string()))),
     };
     finish(ctx, api, repo, &observation, &[]).await?;
     if let Some(store) = state.store.get() {
@@ -604,7 +628,7 @@ async fn reconcile_template(
         }
     }
     match observation {
-        Observation::Invalid { message } => Err(Error::InvalidSpec(message)),
+        Observation::Invalid { message, .. } => Err(Error::InvalidSpec(message)),
         _ => Ok(Action::await_change()),
     }
 }

@@ -1,7 +1,8 @@
 //! One environment for the controller tests: an in-process devcluster serving Capstan's CRDs with the
 //! namespaces `apps` and `capstan-system` (`apps` with an admin-bound `capstan-deployer`, the ServiceAccount
-//! its Applications write as), a bare Git repository served over `file://` (commits made
-//! with `source::testsupport`), a [`Context`] wired to both, and builders for the specs tests write.
+//! its Applications write as), a bare Git repository served over `git://` by `git daemon` on loopback
+//! (commits made with `source::testsupport`; a network transport, since the URL policy refuses `file://`
+//! outside the operator namespace), a [`Context`] wired to both, and builders for the specs tests write.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,10 +28,12 @@ pub const NS: &str = "apps";
 /// The operator namespace.
 pub const OPERATOR_NS: &str = "capstan-system";
 
-/// A devcluster with the CRDs installed and a Git repository on `file://`.
+/// A devcluster with the CRDs installed and a Git repository on `git://`.
 pub struct Env {
     /// The API server (its request log shows what a reconcile wrote).
     pub dev: devcluster::DevCluster,
+    /// `git daemon` serving the repository (stopped before its directory goes).
+    _daemon: ts::Server,
     /// Holds the repository (`repo.git`) and the Git cache (`cache`).
     pub tmp: tempfile::TempDir,
     /// A client configuration for the devcluster.
@@ -39,7 +42,7 @@ pub struct Env {
     pub client: Client,
     /// The bare repository (`main` is HEAD, no commit yet).
     pub repo: git2::Repository,
-    /// Its `file://` URL.
+    /// Its `git://` URL.
     pub url: String,
 }
 
@@ -77,8 +80,10 @@ impl Env {
         let repo_path = tmp.path().join("repo.git");
         let repo = git2::Repository::init_bare(&repo_path).expect("init");
         repo.set_head("refs/heads/main").expect("head");
+        let daemon = ts::git_daemon(tmp.path());
         Env {
-            url: format!("file://{}", repo_path.display()),
+            url: format!("git://127.0.0.1:{}/repo.git", daemon.port),
+            _daemon: daemon,
             dev,
             tmp,
             config,

@@ -477,7 +477,11 @@ mod tests {
             .as_str()
             .expect("a CEL rule");
         let pattern = crate::api::names::DNS1123_SUBDOMAIN_REGEX;
-        assert_eq!(rule, format!("self == '' || self.matches('{pattern}')"), "empty means unset");
+        assert_eq!(
+            rule,
+            format!("self == '' || self.matches('{pattern}')"),
+            "empty means unset"
+        );
         let re = regex::Regex::new(pattern).unwrap();
         let max = node["maxLength"].as_u64().expect("maxLength") as usize;
         assert_eq!(max, MAX_RELEASE_NAME_LEN);

@@ -26,6 +26,7 @@ use git2::{
     RemoteUpdateFlags,
 };
 
+pub use super::bounds::CheckoutLimits;
 use super::cache::{io_err, open_or_init_bare, Cache};
 use super::diff::{changed_paths_blocking, memo_key, DiffMemo};
 use super::http::{self, HttpFailure, HttpLimits, HttpSettings};
@@ -60,6 +61,8 @@ pub struct GitConfig {
     pub shallow: bool,
     /// known_hosts used when the credentials carry none.
     pub default_known_hosts: Option<String>,
+    /// Bounds on an exported tree, checked before anything is written.
+    pub checkout: CheckoutLimits,
 }
 
 impl Default for GitConfig {
@@ -71,6 +74,7 @@ impl Default for GitConfig {
             max_fetch_bytes: 2 << 30,
             shallow: true,
             default_known_hosts: None,
+            checkout: CheckoutLimits::default(),
         }
     }
 }
@@ -241,13 +245,14 @@ impl GitSource for Git2Source {
                 return Err(timeout_error(url, &self.config));
             };
             let (c, done, written) = (commit.clone(), dir.clone(), Arc::clone(&self.written));
+            let limits = self.config.checkout;
             let result = self
                 .run_blocking(url, deadline, move || {
                     if dir.is_dir() {
                         return Ok(dir);
                     }
                     written.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    checkout_blocking(&repo_dir, &dir, &c)
+                    checkout_blocking(&repo_dir, &dir, &c, limits)
                 })
                 .await;
             self.release_checkout_lock(&done, &lock);
@@ -762,7 +767,12 @@ fn resolve_in(repo: &git2::Repository, url: &RepoUrl, revision: &Revision) -> Re
 
 /// Exports the commit's tree to `dir` through a temporary sibling and an atomic rename, so a
 /// directory that exists is always complete and can be shared by every reader.
-fn checkout_blocking(repo_dir: &Path, dir: &Path, commit: &Commit) -> Result<PathBuf, SourceError> {
+fn checkout_blocking(
+    repo_dir: &Path,
+    dir: &Path,
+    commit: &Commit,
+    limits: CheckoutLimits,
+) -> Result<PathBuf, SourceError> {
     if dir.is_dir() {
         return Ok(dir.to_path_buf());
     }
@@ -773,6 +783,7 @@ fn checkout_blocking(repo_dir: &Path, dir: &Path, commit: &Commit) -> Result<Pat
         .find_commit(oid)
         .and_then(|c| c.tree())
         .map_err(|_| SourceError::NotFound(format!("commit {commit} is not in the cache")))?;
+    super::bounds::check_tree(&repo, &tree, commit, limits)?;
     let parent = dir
         .parent()
         .ok_or_else(|| SourceError::Internal("checkout path has no parent".into()))?;

@@ -9,6 +9,7 @@
 //! own I/O timeout. Pure parts (URL rules, credential templates, known_hosts, revision parsing,
 //! signature checks) live in their own modules and are tested without I/O.
 
+pub mod bounds;
 pub mod cache;
 pub mod credentials;
 pub mod diff;
@@ -29,7 +30,7 @@ use std::path::PathBuf;
 use std::pin::Pin;
 
 pub use credentials::{CredentialTemplate, Credentials};
-pub use url::RepoUrl;
+pub use url::{RepoUrl, UrlPolicy};
 
 /// A boxed, sendable future; keeps [`GitSource`] object-safe (`Arc<dyn GitSource>`).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -60,6 +61,12 @@ pub enum SourceError {
     /// A URL, revision or setting was refused before any I/O.
     #[error("invalid input: {0}")]
     InvalidInput(String),
+    /// The URL's transport is not allowed for the namespace asking ([`url::UrlPolicy`]).
+    #[error("not allowed: {0}")]
+    TransportNotAllowed(String),
+    /// A checkout would exceed the operator's bound on its bytes or files; nothing was written.
+    #[error("checkout too large: {0}")]
+    CheckoutTooLarge(String),
     /// Anything else (I/O on the cache, unexpected libgit2 errors).
     #[error("internal error: {0}")]
     Internal(String),
@@ -76,6 +83,8 @@ impl SourceError {
             SourceError::TlsError(_) => "TLSError",
             SourceError::VerificationFailed(_) => "VerificationFailed",
             SourceError::InvalidInput(_) => "InvalidInput",
+            SourceError::TransportNotAllowed(_) => "TransportNotAllowed",
+            SourceError::CheckoutTooLarge(_) => "CheckoutTooLarge",
             SourceError::Internal(_) => "Internal",
         }
     }

@@ -743,3 +743,54 @@ async fn changed_paths_compare_the_trees_of_two_cached_commits_within_a_bound() 
         Err(SourceError::NotFound(_))
     ));
 }
+
+/// A commit of 20 MB of zeros (a few kilobytes fetched) against a 1 MiB checkout bound, and one of 50 small
+/// files against a bound of 20: both refused before anything is written (no checkout directory, no partial
+/// export left), and the same cache then checks out a commit within the bounds.
+#[tokio::test]
+async fn checkouts_past_the_bounds_are_refused_before_writing() {
+    let fx = ts::Fixture::new();
+    let repo = git2::Repository::open_bare(&fx.repo_path).unwrap();
+    let zeros = "\0".repeat(20 << 20);
+    let big = ts::commit(&repo, "refs/heads/big", &[], &[("blob.bin", &zeros)], "zeros");
+    let names: Vec<String> = (0..50).map(|i| format!("d{}/f{i}.yaml", i % 5)).collect();
+    let files: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "a: 1\n")).collect();
+    let many = ts::commit(&repo, "refs/heads/many", &[], &files, "many files");
+    let dir = tempfile::tempdir().unwrap();
+    let src = Git2Source::new(
+        dir.path(),
+        GitConfig {
+            checkout: super::bounds::CheckoutLimits {
+                max_bytes: 1 << 20,
+                max_files: 20,
+            },
+            ..config()
+        },
+    );
+    let u = url(&fx.file_url());
+    let none = Credentials::default();
+    for (branch, oid, flag) in [
+        ("big", big, "--max-checkout-bytes"),
+        ("many", many, "--max-checkout-files"),
+    ] {
+        let commit = fetch_resolve(&src, &u, &none, branch).await.unwrap();
+        assert_eq!(commit.sha(), oid.to_string());
+        let err = src.checkout(&u, &commit).await.unwrap_err();
+        assert_eq!(err.category(), "CheckoutTooLarge", "{err}");
+        assert!(err.to_string().contains(flag), "{err}");
+        assert!(!err.is_transient(), "a bound is not retried as a network error");
+        let checkout_dir = src.cache().checkout_dir(&u, &commit);
+        assert!(!checkout_dir.exists(), "nothing exported for {branch}");
+        let leftovers: Vec<_> = checkout_dir
+            .parent()
+            .and_then(|p| std::fs::read_dir(p).ok())
+            .into_iter()
+            .flatten()
+            .collect();
+        assert!(leftovers.is_empty(), "no partial export: {leftovers:?}");
+    }
+    assert_eq!(src.checkouts_written(), 2, "both were attempted");
+    let small = fetch_resolve(&src, &u, &none, "main").await.unwrap();
+    let path = src.checkout(&u, &small).await.expect("the cache stays usable");
+    assert!(path.is_dir());
+}

@@ -49,6 +49,11 @@ impl Transport {
         }
     }
 
+    /// Whether the transport reaches a server over the network (everything but `file://`).
+    pub fn is_network(self) -> bool {
+        !matches!(self, Transport::File)
+    }
+
     /// Whether libgit2 can do a shallow fetch over this transport. The local (`file://`)
     /// transport copies objects directly and has no depth negotiation, so we never ask it to.
     pub fn supports_shallow(self) -> bool {
@@ -173,6 +178,48 @@ impl RepoUrl {
         }
         out.push_str(&self.path);
         out
+    }
+}
+
+/// Which transports a namespace may use. Outside the operator namespace only network transports
+/// (`https`, `http`, `ssh` including scp-like `git@host:path`, `git`; `oci` once it is supported): a
+/// `file://` URL would read whatever the operator can read on its own disk — its Git cache holds other
+/// teams' and the platform's mirrored repositories — without any credential or Repository being involved,
+/// so no `sourceNamespaces` rule could ever apply. In the operator namespace `file://` is possible when the
+/// operator runs with `--allow-local-repositories` (tests, `make demo`, a bootstrap from a local
+/// repository); never for tenants. Bare paths are refused by [`RepoUrl::parse`] already.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UrlPolicy {
+    /// The operator namespace.
+    pub operator_namespace: String,
+    /// `--allow-local-repositories`: `file://` in the operator namespace.
+    pub allow_local: bool,
+}
+
+impl UrlPolicy {
+    /// Whether an object in `namespace` may use `url`; the error names the rule.
+    pub fn check(&self, url: &RepoUrl, namespace: &str) -> Result<(), SourceError> {
+        if url.transport().is_network() {
+            return Ok(());
+        }
+        let refused = |rule: String| {
+            Err(SourceError::TransportNotAllowed(format!(
+                "repository URL {url}: {rule}"
+            )))
+        };
+        if namespace != self.operator_namespace {
+            return refused(format!(
+                "outside the operator namespace {} only network transports (https, http, ssh, git, oci) may be \
+                 used; file:// and local paths are refused",
+                self.operator_namespace
+            ));
+        }
+        if !self.allow_local {
+            return refused(
+                "file:// repositories are refused unless the operator runs with --allow-local-repositories".into(),
+            );
+        }
+        Ok(())
     }
 }
 
@@ -392,6 +439,40 @@ mod tests {
             "",
         ] {
             assert!(RepoUrl::parse(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn local_repositories_only_in_the_operator_namespace_and_only_by_flag() {
+        let policy = |allow_local| UrlPolicy {
+            operator_namespace: "capstan-system".into(),
+            allow_local,
+        };
+        let local = RepoUrl::parse("file:///var/cache/capstan/repos/abc.git").unwrap();
+        for network in [
+            "https://git.example.com/org/repo.git",
+            "http://gitea.gitea.svc/org/repo.git",
+            "ssh://git@git.example.com/org/repo.git",
+            "git@git.example.com:org/repo.git",
+            "git://127.0.0.1:9418/repo.git",
+        ] {
+            let url = RepoUrl::parse(network).unwrap();
+            for allow in [false, true] {
+                assert_eq!(policy(allow).check(&url, "team-a"), Ok(()), "{network}");
+                assert_eq!(policy(allow).check(&url, "capstan-system"), Ok(()), "{network}");
+            }
+        }
+        for allow in [false, true] {
+            let err = policy(allow).check(&local, "team-a").unwrap_err();
+            assert_eq!(err.category(), "TransportNotAllowed");
+            assert!(err.to_string().contains("outside the operator namespace"), "{err}");
+        }
+        let err = policy(false).check(&local, "capstan-system").unwrap_err();
+        assert!(err.to_string().contains("--allow-local-repositories"), "{err}");
+        assert_eq!(policy(true).check(&local, "capstan-system"), Ok(()));
+        // Bare paths never parse, whatever the namespace.
+        for bare in ["/srv/git/repo.git", "./repo", "repo"] {
+            assert!(RepoUrl::parse(bare).is_err(), "{bare}");
         }
     }
 

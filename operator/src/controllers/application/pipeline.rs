@@ -15,7 +15,7 @@ use super::choice::{self, retry_verdict, retryable, ChoiceInput, Next, RetryVerd
 use super::compare::{self, LiveView};
 use super::findings::{AppEvent, Findings, ERROR_REQUEUE, RECOMPARE_REQUEUE, WAIT_REQUEUE};
 use super::identity;
-use super::status::{self, Problem};
+use super::status::{self, Problem, ProblemKind};
 use super::sync::{self, StepArgs, StepResult};
 use super::{auto_sync, deletion, dependencies, peers, periodic, requeue, source, State};
 use crate::api::application::{
@@ -756,8 +756,8 @@ impl<'a> Pipeline<'a> {
             .await
             .map_err(KubeStep::StatusWrite.err())?;
         self.clean_metadata(refreshed, found.clear_operation).await?;
-        self.publish_events(found.events.clone(), found.sync_error.as_ref(), &new)
-            .await;
+        let problems = (found.comparison_error.as_ref(), found.sync_error.as_ref());
+        self.publish_events(found.events.clone(), problems, &new).await;
         self.record_info(&new);
         self.timings.mark("status");
         tracing::debug!(
@@ -776,8 +776,15 @@ impl<'a> Pipeline<'a> {
         ))
     }
 
-    /// The events of this reconcile, plus `DriftDetected` and a new `SyncError`.
-    async fn publish_events(&self, mut events: Vec<AppEvent>, sync_error: Option<&Problem>, new: &ApplicationStatus) {
+    /// The events of this reconcile, plus `DriftDetected`, a new `SyncError`, and a new refusal of the spec
+    /// found while comparing (a refused repository URL or tool field, named by its reason), so `kubectl
+    /// describe` says why nothing was rendered.
+    async fn publish_events(
+        &self,
+        mut events: Vec<AppEvent>,
+        (comparison_error, sync_error): (Option<&Problem>, Option<&Problem>),
+        new: &ApplicationStatus,
+    ) {
         if drifted(self.app.status.as_ref(), new) {
             events.push((
                 EventType::Normal,
@@ -787,6 +794,12 @@ impl<'a> Pipeline<'a> {
         }
         if let Some(p) = sync_error.filter(|p| !has_condition_message(self.app.status.as_ref(), &p.message)) {
             events.push((EventType::Warning, "SyncError", p.message.clone()));
+        }
+        if let Some(p) = comparison_error
+            .filter(|p| p.kind == ProblemKind::InvalidSpec)
+            .filter(|p| !has_condition_message(self.app.status.as_ref(), &p.message))
+        {
+            events.push((EventType::Warning, p.reason, p.message.clone()));
         }
         for (kind, reason, note) in events {
             self.ctx
@@ -907,5 +920,12 @@ fn drifted(old: Option<&ApplicationStatus>, new: &ApplicationStatus) -> bool {
 }
 
 fn has_condition_message(status: Option<&ApplicationStatus>, message: &str) -> bool {
-    status.is_some_and(|s| s.conditions.iter().any(|c| c.message == message))
+    // A condition holds the message bounded (`text::truncate`): its cut form counts as the same message.
+    let same = |shown: &str| {
+        shown == message
+            || shown
+                .strip_suffix(crate::text::CUT_MARKER)
+                .is_some_and(|cut| message.starts_with(cut))
+    };
+    status.is_some_and(|s| s.conditions.iter().any(|c| same(&c.message)))
 }

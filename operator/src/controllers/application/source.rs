@@ -25,7 +25,7 @@ use super::State;
 use crate::api::application::{ApplicationSource, ApplicationSourceType};
 use crate::api::labels::MANIFEST_GENERATE_PATHS_ANNOTATION;
 use crate::api::{Application, Repository};
-use crate::controllers::git_access::{credentials, fetch, matching_repository};
+use crate::controllers::git_access::{credentials, fetch, matching_repository, repo_url};
 use crate::controllers::notifier::{owner_key, url_key};
 use crate::controllers::repository::sanitize;
 use crate::controllers::Context;
@@ -126,8 +126,10 @@ async fn access(
     source: &ApplicationSource,
 ) -> Result<Access, Problem> {
     let ns = app.namespace().unwrap_or_default();
-    let url =
-        RepoUrl::parse(&source.repo_url).map_err(|e| Problem::invalid_spec("InvalidSpec", format!("repoURL: {e}")))?;
+    let url = repo_url(ctx, &source.repo_url, &ns).map_err(|e| match e {
+        SourceError::TransportNotAllowed(_) => Problem::invalid_spec(e.category(), format!("repoURL: {e}")),
+        e => Problem::invalid_spec("InvalidSpec", format!("repoURL: {e}")),
+    })?;
     let repos = state.repositories();
     let repo = matching_repository(&repos, &source.repo_url, &ns, ctx.namespace())
         .map_err(|e| Problem::new(e.category, e.message))?;

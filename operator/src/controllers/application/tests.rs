@@ -1,5 +1,5 @@
 //! Controller-level tests: the reconcile pipeline driven directly against an in-process devcluster,
-//! with a local bare Git repository served over `file://` (`controllers::testsupport`).
+//! with a local bare Git repository served over `git://` (`controllers::testsupport`).
 
 use std::sync::Arc;
 use std::time::Duration;

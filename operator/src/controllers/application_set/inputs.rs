@@ -23,12 +23,12 @@ use kube::ResourceExt;
 use crate::api::tenancy::source_namespace_allowed;
 use crate::api::{Cluster, Repository};
 use crate::appset::{GitTree, GitTrees};
-use crate::controllers::git_access::{credentials, fetch, matching_repository};
+use crate::controllers::git_access::{self, credentials, fetch, matching_repository};
 use crate::controllers::notifier::url_key;
 use crate::controllers::repository::sanitize;
 use crate::controllers::Context;
 use crate::render::paths::{self, AbsolutePaths};
-use crate::source::{Commit, RepoUrl, Revision, SourceError};
+use crate::source::{Commit, Revision, SourceError};
 
 /// Most files and directories one checkout may hold for a Git generator.
 pub const MAX_ENTRIES: usize = 100_000;
@@ -226,7 +226,7 @@ pub async fn load_tree(
     how: Freshness,
 ) -> Result<Arc<CheckoutTree>, String> {
     let Freshness { force, fresh_for } = how;
-    let url = RepoUrl::parse(repo_url).map_err(|e| format!("repoURL: {e}"))?;
+    let url = git_access::repo_url(ctx, repo_url, namespace).map_err(|e| format!("repoURL: {e}"))?;
     let rev = Revision::parse(revision).map_err(|e| format!("revision: {e}"))?;
     let repo = matching_repository(repos, repo_url, namespace, ctx.namespace()).map_err(|e| e.message)?;
     let creds = credentials(ctx, repos, repo.as_deref(), namespace, &url)

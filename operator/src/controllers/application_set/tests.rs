@@ -1,5 +1,5 @@
 //! Controller-level tests: `reconcile` driven directly against an in-process devcluster, with a
-//! local bare Git repository served over `file://` (`controllers::testsupport`). The Application
+//! local bare Git repository served over `git://` by `git daemon` (`controllers::testsupport`). The Application
 //! controller does not run here: where a test needs Application status (RollingSync), it writes
 //! it through the status subresource, as the Application controller would.
 

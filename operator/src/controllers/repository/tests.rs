@@ -97,6 +97,7 @@ fn status_transitions_keep_revisions_and_transition_time() {
     let s4 = next_status(
         Some(&s3),
         &Observation::Invalid {
+            reason: "InvalidSpec",
             message: "pollInterval: bad".into(),
         },
         Some(2),
