@@ -42,7 +42,8 @@ async fn registers_sends_deltas_and_deletes_and_never_a_credential() {
     let env = env("rep-basic").await;
     let canary = "canary-pw-7f3a9d1c-do-not-send";
     let manifests = vec![
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "git-creds", "namespace": env.ns},
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "git-creds", "namespace": env.ns,
+               "labels": {"capstan.dev/secret-type": "repository"}},
                "stringData": {"username": "u", "password": canary}}),
         json!({"apiVersion": "capstan.dev/v1alpha1", "kind": "Repository", "metadata": {"name": "repo", "namespace": env.ns},
                "spec": {"url": format!("https://u:{canary}@git.example/apps.git"), "secretRef": {"name": "git-creds"}}}),

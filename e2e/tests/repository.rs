@@ -92,8 +92,17 @@ impl Env {
         self.cluster.apply(&manifest, &[]).await;
     }
 
-    /// A Secret with `data` from literal values (kubectl does the base64).
+    /// A Secret with `data` from literal values (kubectl does the base64), labelled as repository
+    /// credentials (a Repository uses no other).
     async fn secret(&self, name: &str, literals: &[(&str, &str)], files: &[(&str, &str)]) {
+        self.unlabelled_secret(name, literals, files).await;
+        self.cluster
+            .kubectl_ok(&["label", "secret", name, "-n", &self.ns, REPOSITORY_SECRET_LABEL])
+            .await;
+    }
+
+    /// A Secret as [`Env::secret`] makes it, without the label.
+    async fn unlabelled_secret(&self, name: &str, literals: &[(&str, &str)], files: &[(&str, &str)]) {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut args: Vec<String> = vec![
             "create".into(),
@@ -348,6 +357,9 @@ async fn head_verification_refuses_unsigned_commits() {
     assert_eq!(count(&metrics, "fetch"), 1, "{metrics}");
 }
 
+/// The label that lets a Repository use a Secret.
+const REPOSITORY_SECRET_LABEL: &str = "capstan.dev/secret-type=repository";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_basic_auth_right_and_wrong_password_and_canary_never_leaks() {
     let env = Env::start("repo-http", "").await;
@@ -364,12 +376,31 @@ async fn http_basic_auth_right_and_wrong_password_and_canary_never_leaks() {
     env.apply_repository("good", &url, "2s", Some("good-creds")).await;
     env.apply_repository("bad", &url, "2s", Some("bad-creds")).await;
     env.apply_repository("missing-secret", &url, "2s", Some("nope")).await;
+    // Right credentials, but the Secret was never marked as repository credentials: whoever may create a
+    // Repository must not be able to send any Secret of the namespace to a URL of their choosing.
+    env.unlabelled_secret("plain-creds", &[("username", "alice"), ("password", right)], &[])
+        .await;
+    env.apply_repository("unlabelled", &url, "2s", Some("plain-creds"))
+        .await;
 
     let good = env.wait_ready("good", "True", Some("Succeeded")).await;
     assert_eq!(revision(&good, "HEAD").as_deref(), Some(c1.as_str()));
     let bad = env.wait_ready("bad", "False", Some("AuthenticationFailed")).await;
     assert!(!text(&bad, "/status/lastError").is_empty(), "lastError is set: {bad}");
     env.wait_ready("missing-secret", "False", Some("NotFound")).await;
+    let unlabelled = env.wait_ready("unlabelled", "False", Some("SecretNotLabelled")).await;
+    let said = text(&unlabelled, "/status/lastError");
+    assert!(
+        said.contains(&format!(
+            "kubectl label secret plain-creds -n {} {REPOSITORY_SECRET_LABEL}",
+            env.ns
+        )),
+        "the message says which label to add: {unlabelled}"
+    );
+    env.cluster
+        .kubectl_ok(&["label", "secret", "plain-creds", "-n", &env.ns, REPOSITORY_SECRET_LABEL])
+        .await;
+    env.wait_ready("unlabelled", "True", Some("Succeeded")).await;
     wait_for("a Warning AuthenticationFailed event", DEADLINE, POLL, || async {
         env.events_yaml().await.contains("AuthenticationFailed").then_some(())
     })

@@ -161,9 +161,14 @@ async fn assert_no_hint(env: &AppEnv, app: &str, secrets: &[&str]) {
 fn shared_with_secret(kind: &str, name: &str, (secret, data): (&str, Value), mut spec: Value) -> [Value; 2] {
     spec["secretRef"] = json!({"name": secret});
     spec["sourceNamespaces"] = json!(["shop-*"]);
+    // A Repository uses a Secret marked as repository credentials only.
+    let labels = match kind {
+        "Repository" => json!({"capstan.dev/secret-type": "repository"}),
+        _ => json!({}),
+    };
     [
         json!({"apiVersion": "v1", "kind": "Secret",
-               "metadata": {"name": secret, "namespace": OPERATOR_NAMESPACE}, "stringData": data}),
+               "metadata": {"name": secret, "namespace": OPERATOR_NAMESPACE, "labels": labels}, "stringData": data}),
         json!({"apiVersion": "capstan.dev/v1alpha1", "kind": kind,
                "metadata": {"name": name, "namespace": OPERATOR_NAMESPACE}, "spec": spec}),
     ]

@@ -80,3 +80,18 @@ pub const COMPARE_OPTIONS_ANNOTATION: &str = "capstan.dev/compare-options";
 pub const ARGOCD_COMPARE_OPTIONS_ANNOTATION: &str = "argocd.argoproj.io/compare-options";
 /// Both compare options annotations, Capstan's first.
 pub const COMPARE_OPTIONS_ANNOTATIONS: [&str; 2] = [COMPARE_OPTIONS_ANNOTATION, ARGOCD_COMPARE_OPTIONS_ANNOTATION];
+
+/// Label a Secret must carry before a Repository's `secretRef` may use it (value [`SECRET_TYPE_REPOSITORY`]):
+/// whoever may create a Repository must not be able to send any Secret of the namespace to a URL of their
+/// choosing. Argo CD's [`ARGOCD_SECRET_TYPE_LABEL`] (`repository` or `repo-creds`) is accepted too.
+pub const SECRET_TYPE_LABEL: &str = "capstan.dev/secret-type";
+/// Argo CD's label of repository Secrets.
+pub const ARGOCD_SECRET_TYPE_LABEL: &str = "argocd.argoproj.io/secret-type";
+/// The value of [`SECRET_TYPE_LABEL`] on repository credentials.
+pub const SECRET_TYPE_REPOSITORY: &str = "repository";
+/// The labels (key, value) that mark a Secret as repository credentials, Capstan's first.
+pub const REPOSITORY_SECRET_LABELS: [(&str, &str); 3] = [
+    (SECRET_TYPE_LABEL, SECRET_TYPE_REPOSITORY),
+    (ARGOCD_SECRET_TYPE_LABEL, "repository"),
+    (ARGOCD_SECRET_TYPE_LABEL, "repo-creds"),
+];

@@ -11,6 +11,7 @@ use super::cluster::{self, Change};
 use super::components::{self, Values};
 use super::tree::{self, TreeInput, GIT_SECRET, SELF_APP, SYSTEM_DIR};
 use super::BootstrapError;
+use crate::api::labels::{SECRET_TYPE_LABEL, SECRET_TYPE_REPOSITORY};
 use crate::cluster::ClusterHandle;
 use crate::engine::object::{self, ObjectKey};
 use crate::source::credentials::Credentials;
@@ -202,7 +203,9 @@ fn secret(opts: &Options) -> Option<Value> {
         }
     }
     Some(json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-                "metadata": {"name": GIT_SECRET, "namespace": opts.namespace}, "stringData": data}))
+                "metadata": {"name": GIT_SECRET, "namespace": opts.namespace,
+                             "labels": {SECRET_TYPE_LABEL: SECRET_TYPE_REPOSITORY}},
+                "stringData": data}))
 }
 
 /// Commits when the tree changed and pushes; on a refused non-fast-forward push, fetches, redoes

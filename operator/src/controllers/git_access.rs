@@ -10,6 +10,7 @@ use std::time::Instant;
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, ResourceExt};
 
+use crate::api::labels::{REPOSITORY_SECRET_LABELS, SECRET_TYPE_LABEL, SECRET_TYPE_REPOSITORY};
 use crate::api::tenancy::source_namespace_allowed;
 use crate::api::Repository;
 use crate::controllers::notifier::{repository_serves, url_key};
@@ -149,10 +150,40 @@ pub async fn credentials(
     Ok(creds)
 }
 
+/// Reason of a Secret used as repository credentials without the label that allows it.
+pub const SECRET_NOT_LABELLED: &str = "SecretNotLabelled";
+
+/// Whether a Secret with `labels` is marked as repository credentials (`REPOSITORY_SECRET_LABELS`); else the
+/// error says exactly which label to add. Pure.
+pub fn check_repository_secret(
+    labels: Option<&BTreeMap<String, String>>,
+    (ns, name, what): (&str, &str, &str),
+) -> Result<(), CredentialError> {
+    let labelled = labels.is_some_and(|l| {
+        REPOSITORY_SECRET_LABELS
+            .iter()
+            .any(|(k, v)| l.get(*k).map(String::as_str) == Some(*v))
+    });
+    if labelled {
+        return Ok(());
+    }
+    Err(CredentialError {
+        category: SECRET_NOT_LABELLED,
+        message: format!(
+            "{what} {name} in namespace {ns} is not marked as repository credentials; label it \
+             {SECRET_TYPE_LABEL}={SECRET_TYPE_REPOSITORY} (kubectl label secret {name} -n {ns} \
+             {SECRET_TYPE_LABEL}={SECRET_TYPE_REPOSITORY}) so its values may be sent to the repository"
+        ),
+        transient: false,
+    })
+}
+
 async fn read_secret(ctx: &Context, ns: &str, name: &str, what: &str) -> Result<Credentials, CredentialError> {
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
     match api.get_opt(name).await {
         Ok(Some(secret)) => {
+            // Before a value is read: an unlabelled Secret's values go nowhere.
+            check_repository_secret(secret.metadata.labels.as_ref(), (ns, name, what))?;
             let data: BTreeMap<String, Vec<u8>> = secret
                 .data
                 .unwrap_or_default()
@@ -205,6 +236,37 @@ mod tests {
             spec,
             status: None,
         })
+    }
+
+    #[test]
+    fn only_secrets_labelled_as_repository_credentials_are_used() {
+        let labels = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        };
+        let who = ("team-a", "git-creds", "Secret");
+        for ok in [
+            labels(&[("capstan.dev/secret-type", "repository")]),
+            labels(&[("argocd.argoproj.io/secret-type", "repository")]),
+            labels(&[("argocd.argoproj.io/secret-type", "repo-creds"), ("app", "x")]),
+        ] {
+            assert_eq!(check_repository_secret(Some(&ok), who), Ok(()), "{ok:?}");
+        }
+        for bad in [
+            None,
+            Some(labels(&[])),
+            Some(labels(&[("capstan.dev/secret-type", "cluster")])),
+            Some(labels(&[("argocd.argoproj.io/secret-type", "cluster")])),
+            Some(labels(&[("secret-type", "repository")])),
+        ] {
+            let err = check_repository_secret(bad.as_ref(), who).unwrap_err();
+            assert_eq!((err.category, err.transient), (SECRET_NOT_LABELLED, false));
+            assert!(
+                err.message
+                    .contains("kubectl label secret git-creds -n team-a capstan.dev/secret-type=repository"),
+                "{}",
+                err.message
+            );
+        }
     }
 
     #[test]
