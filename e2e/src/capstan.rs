@@ -165,6 +165,12 @@ impl GitRepo {
         format!("git://127.0.0.1:{}/{}.git", self.port, self.name)
     }
 
+    /// `file://` and the bare repository's path: the same repository as a file on the operator's disk
+    /// (what a tenant could name to read what the operator can read).
+    pub fn file_url(&self) -> String {
+        format!("file://{}", self.bare().display())
+    }
+
     /// Copies the fixture tree `fixture` (see [`fixture`]) to `dest` in the working clone.
     pub fn copy_fixture(&self, fixture_name: &str, dest: &str) {
         copy_tree(&fixture(fixture_name), &self.work().join(dest));

@@ -707,3 +707,226 @@ async fn the_team_policy_set_of_the_guide_denies() {
     env.wait_synced_healthy("internal").await;
     env.must_get("Service", "web").await;
 }
+
+/// A chart as a tenant could write it: every value it is given ends up in a ConfigMap of the team's
+/// namespace, so anything a flag injection read from the operator's disk would be deployed for the team.
+const LEAKY_CHART: &[(&str, &str)] = &[
+    ("chart/Chart.yaml", "apiVersion: v2\nname: leaky\nversion: 0.1.0\n"),
+    ("chart/values.yaml", "greeting: none\n"),
+    ("chart/files/motd.txt", "hello from the repository"),
+    (
+        "chart/templates/cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-values\ndata:\n  values: {{ toJson .Values | quote }}\n",
+    ),
+];
+
+/// A Helm source for the chart above with `helm` merged in.
+fn leaky(helm: Value) -> Value {
+    let mut spec = automated(true, false);
+    spec["source"] = json!({"helm": helm});
+    spec
+}
+
+/// The `*-values` ConfigMaps in the team's namespace (what the leaky chart deploys).
+async fn deployed_values(env: &AppEnv) -> Vec<String> {
+    let client = env.client().await;
+    list_names(&client, &env.ns, "ConfigMap")
+        .await
+        .into_iter()
+        .filter(|n| n.ends_with("-values"))
+        .collect()
+}
+
+/// What a team with edit rights in its own namespace only may put in its specs cannot reach the operator's
+/// files: each injection of the review is refused with a condition that names the field or the rule, an
+/// event says so, and nothing is rendered or applied.
+/// - Helm: a release name that is a flag (`--set-file=leak=/etc/hostname`, `--values=/etc/passwd`), a file
+///   parameter name holding `,` and `=` (a second `--set-file` entry), a parameter name starting with `-`.
+///   A well-formed Helm Application of the same chart renders and syncs (the refusals are not the chart's).
+/// - `file://` URLs naming the repository on the operator's disk: an Application, a Repository, and Git
+///   generators of ApplicationSets, literal and templated.
+/// - A commit whose checkout is past `--max-checkout-bytes` (8 MiB of zeros against 4 MiB): refused before
+///   anything is written, and once the commit is fixed the same cache serves the Application.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_teams_spec_cannot_reach_the_operators_files() {
+    let options = OperatorOptions {
+        controllers: "application,applicationset,cluster,repository".into(),
+        extra_args: vec!["--max-checkout-bytes=4194304".into()],
+        ..OperatorOptions::default()
+    };
+    let env = team("inputs", options).await;
+    for (path, content) in LEAKY_CHART {
+        env.repo.write(path, content);
+    }
+    env.repo.write("app/cm.yaml", &configmap("from-local", None));
+    env.repo.commit("a chart that shows its values, and a configmap").await;
+
+    helm_injections_are_refused(&env).await;
+    local_urls_are_refused(&env).await;
+    oversized_checkouts_are_refused(&env).await;
+}
+
+async fn helm_injections_are_refused(env: &AppEnv) {
+    env.create_app(
+        "helm-ok",
+        "chart",
+        leaky(
+            json!({"releaseName": "web", "parameters": [{"name": "greeting", "value": "hello, team"}],
+                     "fileParameters": [{"name": "motd", "path": "files/motd.txt"}]}),
+        ),
+    )
+    .await;
+    let injections = [
+        (
+            "inject-release",
+            json!({"releaseName": "--set-file=leak=/etc/hostname"}),
+            "helm.releaseName",
+        ),
+        (
+            "inject-values",
+            json!({"releaseName": "--values=/etc/passwd"}),
+            "helm.releaseName",
+        ),
+        (
+            "inject-file-param",
+            json!({"releaseName": "fp", "fileParameters": [{"name": "leak=/etc/hostname,motd", "path": "files/motd.txt"}]}),
+            "helm.fileParameters[0].name",
+        ),
+        (
+            "inject-param",
+            json!({"releaseName": "p", "parameters": [{"name": "--set-file", "value": "leak=/etc/hostname"}]}),
+            "helm.parameters[0].name",
+        ),
+    ];
+    for (name, helm, _) in &injections {
+        env.create_app(name, "chart", leaky(helm.clone())).await;
+    }
+    env.wait_synced_healthy("helm-ok").await;
+    let values = env.must_get("ConfigMap", "web-values").await;
+    let shown = text(&values, "/data/values");
+    assert!(
+        shown.contains("hello, team") && shown.contains("hello from the repository"),
+        "parameters and file parameters reach the chart: {shown}"
+    );
+    for (name, _, field) in &injections {
+        let refused = wait_condition(env, name, "ComparisonError", "InvalidSpec").await;
+        assert!(text(&refused, "/message").starts_with(field), "{name}: {refused}");
+        let app = env.app(name).await;
+        assert!(
+            app.pointer("/status/resources")
+                .and_then(Value::as_array)
+                .is_none_or(Vec::is_empty),
+            "{name}: nothing rendered: {}",
+            summarize_app(&app)
+        );
+    }
+    let note = wait_event(env, "inject-release", "InvalidSpec").await;
+    assert!(note.contains("helm.releaseName"), "{note}");
+    assert_eq!(
+        deployed_values(env).await,
+        ["web-values"],
+        "only the well-formed release deployed"
+    );
+}
+
+async fn local_urls_are_refused(env: &AppEnv) {
+    let local = env.repo.file_url();
+    env.apply(&[application(
+        &env.ns,
+        "local-file",
+        &local,
+        "app",
+        &env.ns,
+        automated(true, false),
+    )])
+    .await;
+    env.apply(&[json!({"apiVersion": "capstan.dev/v1alpha1", "kind": "Repository",
+                       "metadata": {"name": "local-repo", "namespace": env.ns}, "spec": {"url": local}})])
+        .await;
+    let template = json!({
+        "metadata": {"name": "gen-{{path.basename}}"},
+        "spec": {"project": "default", "source": {"repoURL": env.repo.url(), "targetRevision": "HEAD", "path": "{{path}}"},
+                 "destination": {"server": IN_CLUSTER, "namespace": env.ns}},
+    });
+    let directories = |url: &str| json!({"git": {"repoURL": url, "revision": "HEAD", "directories": [{"path": "*"}]}});
+    let set = |name: &str, generator: Value| {
+        json!({"apiVersion": "capstan.dev/v1alpha1", "kind": "ApplicationSet",
+               "metadata": {"name": name, "namespace": env.ns},
+               "spec": {"generators": [generator], "template": template}})
+    };
+    env.apply(&[
+        set("literal-file", directories(&local)),
+        set(
+            "templated-file",
+            json!({"matrix": {"generators": [{"list": {"elements": [{"url": local}]}}, directories("{{url}}")]}}),
+        ),
+    ])
+    .await;
+
+    let refused = wait_condition(env, "local-file", "ComparisonError", "TransportNotAllowed").await;
+    assert!(
+        text(&refused, "/message").contains("only network transports"),
+        "{refused}"
+    );
+    let note = wait_event(env, "local-file", "TransportNotAllowed").await;
+    assert!(note.contains("file://"), "{note}");
+    kubectl_absent(env, &["get", "configmap", "from-local", "-n", &env.ns]).await;
+
+    let client = env.client().await;
+    env.eventually("the Repository is refused by the URL policy", APP_TIMEOUT, || async {
+        let repo = get_object(&client, &env.ns, "Repository", "local-repo")
+            .await
+            .unwrap_or_default();
+        match condition(&repo, "Ready") {
+            Some(c) if text(c, "/reason") == "TransportNotAllowed" && text(c, "/status") == "False" => Ok(()),
+            _ => Err(repo["status"].to_string()),
+        }
+    })
+    .await;
+    for name in ["literal-file", "templated-file"] {
+        env.eventually(
+            &format!("ApplicationSet {name} reports the refused URL"),
+            APP_TIMEOUT,
+            || async {
+                let set = get_object(&client, &env.ns, "ApplicationSet", name)
+                    .await
+                    .unwrap_or_default();
+                match condition(&set, "ErrorOccurred") {
+                    Some(c)
+                        if condition_true(&set, "ErrorOccurred")
+                            && text(c, "/message").contains("only network transports") =>
+                    {
+                        Ok(())
+                    }
+                    _ => Err(set["status"].to_string()),
+                }
+            },
+        )
+        .await;
+    }
+    let generated: Vec<String> = list_names(&client, &env.ns, "Application")
+        .await
+        .into_iter()
+        .filter(|n| n.starts_with("gen-"))
+        .collect();
+    assert!(
+        generated.is_empty(),
+        "no Application generated from a local repository: {generated:?}"
+    );
+}
+
+async fn oversized_checkouts_are_refused(env: &AppEnv) {
+    env.repo.write("big/zeros.bin", &"\0".repeat(8 << 20));
+    env.repo.write("big/cm.yaml", &configmap("big-cm", None));
+    env.repo.commit("8 MiB of zeros (a few kilobytes in a pack)").await;
+    env.create_app("big", "big", automated(true, false)).await;
+    let refused = wait_condition(env, "big", "ComparisonError", "CheckoutTooLarge").await;
+    assert!(text(&refused, "/message").contains("--max-checkout-bytes"), "{refused}");
+    kubectl_absent(env, &["get", "configmap", "big-cm", "-n", &env.ns]).await;
+
+    env.repo.remove("big/zeros.bin");
+    env.repo.commit("without the zeros").await;
+    env.refresh("big", "normal").await;
+    env.wait_synced_healthy("big").await;
+    env.must_get("ConfigMap", "big-cm").await;
+}
