@@ -6,6 +6,9 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{CustomResource, KubeSchema};
@@ -542,4 +545,39 @@ pub struct ApplicationSetResource {
     /// Its health.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<ResourceHealth>,
+}
+
+/// Drops the CEL rules on the *contents* of strings (`self.matches(...)`: `helm.releaseName`,
+/// `destination.serviceAccountName`) from the template's schema in the ApplicationSet CRD: a template holds
+/// `{{name}}` placeholders there, which only become a name once generated. Each generated Application is
+/// checked by the Application CRD's rules and by the controller, so nothing goes unchecked.
+pub fn relax_template_rules(crd: &mut CustomResourceDefinition) {
+    for version in &mut crd.spec.versions {
+        let template = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+            .and_then(|root| root.properties.as_mut()?.get_mut("spec"))
+            .and_then(|spec| spec.properties.as_mut()?.get_mut("template"));
+        if let Some(template) = template {
+            drop_content_rules(template);
+        }
+    }
+}
+
+fn drop_content_rules(schema: &mut JSONSchemaProps) {
+    if let Some(rules) = schema.x_kubernetes_validations.as_mut() {
+        rules.retain(|r| !r.rule.contains("self.matches("));
+        if rules.is_empty() {
+            schema.x_kubernetes_validations = None;
+        }
+    }
+    for child in schema.properties.iter_mut().flat_map(|p| p.values_mut()) {
+        drop_content_rules(child);
+    }
+    match schema.items.as_mut() {
+        Some(JSONSchemaPropsOrArray::Schema(item)) => drop_content_rules(item),
+        Some(JSONSchemaPropsOrArray::Schemas(items)) => items.iter_mut().for_each(drop_content_rules),
+        None => {}
+    }
 }

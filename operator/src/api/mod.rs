@@ -37,9 +37,11 @@ pub const CATEGORIES: [&str; 2] = ["capstan", "gitops"];
 
 /// Every Capstan CRD, in a stable order (alphabetical by plural name).
 pub fn crds() -> Vec<CustomResourceDefinition> {
+    let mut application_set = ApplicationSet::crd();
+    application_set::relax_template_rules(&mut application_set);
     let mut crds = vec![
         Application::crd(),
-        ApplicationSet::crd(),
+        application_set,
         Cluster::crd(),
         PolicySet::crd(),
         Repository::crd(),

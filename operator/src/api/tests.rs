@@ -289,6 +289,27 @@ fn application_has_top_level_operation_beside_spec_and_status() {
     assert_eq!(schema["required"], serde_json::json!(["spec"]));
 }
 
+/// A name rule on a string's content holds in the Application CRD but not in an ApplicationSet's template,
+/// where `{{name}}` placeholders stand for names still to be generated (each generated Application meets the
+/// Application CRD and the controller).
+#[test]
+fn name_rules_apply_to_applications_not_to_templates() {
+    let app = schema("Application");
+    let set = schema("ApplicationSet");
+    for path in [
+        &["spec", "source", "helm", "releaseName"][..],
+        &["spec", "destination", "serviceAccountName"],
+    ] {
+        let in_app = rules(node(&app, path));
+        assert!(
+            in_app.iter().any(|r| r.contains("self.matches(")),
+            "{path:?}: {in_app:?}"
+        );
+        let in_template: Vec<&str> = ["spec", "template"].iter().chain(path).copied().collect();
+        assert!(rules(node(&set, &in_template)).is_empty(), "{in_template:?}");
+    }
+}
+
 #[test]
 fn cel_rules_guard_the_invariants() {
     let app = schema("Application");
